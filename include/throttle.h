@@ -1,0 +1,429 @@
+/*
+ * throttle.h — share "come back later" between the processes of one host.
+ *
+ * libthrottle keeps, in a POSIX shared-memory segment guarded by a robust
+ * process-shared mutex, a "not before" time per key (for example one table
+ * of an HTTP API).  A process that is told "retry after 5 s" publishes it
+ * with throttle_backoff(); every other process that links libthrottle and
+ * opens the same segment sees it and waits with throttle_wait(), or peeks
+ * with throttle_remaining().
+ *
+ * Conventions
+ *   - Every function that can fail returns an int: 0 on success, a negative
+ *     THROTTLE_E* code otherwise.  Codes are never renumbered; new ones are
+ *     only ever added.  throttle_strerror() and throttle_err_name() describe
+ *     them; throttle_errmsg() gives the message, with context, of the last
+ *     failure on a handle in the calling thread.
+ *   - Keys are byte strings of 1 to 255 bytes without a NUL byte, passed as
+ *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").
+ *   - Times are milliseconds in the API, nanoseconds in shared memory, on
+ *     CLOCK_BOOTTIME (see libthrottle/clock.c for why).
+ *   - A throttle_t may be shared by the threads of a process.
+ *
+ * Caveats
+ *   - Crashes.  A process killed while it holds the segment mutex leaves it
+ *     to the next locker, which repairs and validates the table (the mutex is
+ *     robust).  Nobody waits longer than the lock timeout for a dead owner.
+ *   - Stale or damaged segments.  A segment written by another layout, by
+ *     another user, or damaged beyond repair is refused with a specific error
+ *     (THROTTLE_EMAGIC, THROTTLE_EVERSION, THROTTLE_EFINGERPRINT, THROTTLE_ESIZE,
+ *     THROTTLE_EOWNER, THROTTLE_EMODE, THROTTLE_ECORRUPT).  Remove it with
+ *     `throttlectl rm` (or throttle_unlink()); the next opener recreates it.
+ *     Removing a segment that is in use detaches nobody: processes that have
+ *     it mapped keep using the old one until they reopen.
+ *   - Fail open.  If the segment cannot be used, throttle_open() still hands
+ *     back a working handle backed by process-private memory: back-off then
+ *     holds within the process only.  The throttle never becomes the outage.
+ *   - Trust.  Any process of the same user can write the segment.  Every field
+ *     read from it is validated; a hostile writer can delay a key by at most
+ *     the configured maximum delay and cannot crash or hang a reader.
+ *   - docs/FAILURE-MODEL.md lists every fault and what an operator does.
+ */
+#ifndef THROTTLE_H
+#define THROTTLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(THROTTLE_BUILDING) && defined(__GNUC__)
+#define THROTTLE_EXTERN __attribute__((visibility("default")))
+#else
+#define THROTTLE_EXTERN
+#endif
+
+/* ---- Versions -------------------------------------------------------- */
+
+#define THROTTLE_VERSION_MAJOR 1
+#define THROTTLE_VERSION_MINOR 0
+#define THROTTLE_VERSION_PATCH 0
+#define THROTTLE_VERSION_STRING "1.0.0"
+/* 0xMMmmpp, comparable with THROTTLE_AT_LEAST_VERSION(). */
+#define THROTTLE_VERSION_NUM                                                   \
+  ((THROTTLE_VERSION_MAJOR << 16) | (THROTTLE_VERSION_MINOR << 8) |            \
+   THROTTLE_VERSION_PATCH)
+#define THROTTLE_AT_LEAST_VERSION(x, y, z)                                     \
+  (THROTTLE_VERSION_NUM >= (((x) << 16) | ((y) << 8) | (z)))
+
+/* The version of the library actually loaded, as THROTTLE_VERSION_NUM. */
+THROTTLE_EXTERN unsigned throttle_version(void);
+/* The same as a string, e.g. "1.0.0". */
+THROTTLE_EXTERN const char *throttle_version_string(void);
+
+/* ---- Errors ---------------------------------------------------------- */
+
+/* XX(name, value, description).  Append only; never renumber. */
+#define THROTTLE_ERRNO_MAP(XX)                                                 \
+  XX(OK, 0, "success")                                                         \
+  XX(EINVAL, -1, "invalid argument")                                           \
+  XX(ENOMEM, -2, "out of memory")                                              \
+  XX(EKEY, -3, "invalid key: must be 1 to 255 bytes without NUL")              \
+  XX(ESHM, -4, "cannot open or create the shared-memory segment")              \
+  XX(ENOSPC, -5, "no space left to reserve the segment")                       \
+  XX(EMAGIC, -6, "not a libthrottle segment (bad magic)")                      \
+  XX(EVERSION, -7, "segment layout version mismatch")                          \
+  XX(EFINGERPRINT, -8, "segment layout fingerprint mismatch")                  \
+  XX(ESIZE, -9, "segment size does not match its header")                      \
+  XX(EOWNER, -10, "segment owned by another user")                             \
+  XX(EMODE, -11, "segment is writable by group or others")                     \
+  XX(EINITTIMEOUT, -12, "timed out waiting for the segment to be initialised") \
+  XX(ELOCKTIMEOUT, -13, "timed out taking the segment mutex")                  \
+  XX(ECORRUPT, -14, "segment is corrupt and cannot be repaired")               \
+  XX(EFULL, -15, "key table is full")                                          \
+  XX(ENOKEY, -16, "no such key")                                               \
+  XX(ETIMEDOUT, -17, "timed out")                                              \
+  XX(EWOULDBLOCK, -18, "the call would have to wait")                          \
+  XX(ECANCELED, -19, "canceled")                                               \
+  XX(ESYS, -20, "system call failed")                                          \
+  XX(ESYMLINK, -21, "segment path is a symbolic link")
+
+typedef enum {
+#define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
+  THROTTLE_ERRNO_MAP(THROTTLE_XX_)
+#undef THROTTLE_XX_
+} throttle_errno_t;
+
+/* A static description of a THROTTLE_E* code ("unknown error" otherwise). */
+THROTTLE_EXTERN const char *throttle_strerror(int err);
+/* The code's name, e.g. "THROTTLE_EFULL" ("THROTTLE_UNKNOWN" otherwise). */
+THROTTLE_EXTERN const char *throttle_err_name(int err);
+
+/* ---- Configuration --------------------------------------------------- */
+
+typedef struct throttle_config throttle_config_t;
+
+/* Defaults; the environment (THROTTLE_SEGMENT, THROTTLE_KEYS,
+ * THROTTLE_MAX_DELAY_MS) is read by throttle_open() for anything the config
+ * leaves unset.  Returns NULL when out of memory. */
+THROTTLE_EXTERN throttle_config_t *throttle_config_new(void);
+THROTTLE_EXTERN void throttle_config_free(throttle_config_t *cfg);
+
+/* Segment name, a POSIX shm name such as "/myapp-throttle" (a leading '/'
+ * is added when missing).  Default: $THROTTLE_SEGMENT, else
+ * "/libthrottle-v<layout>-<uid>".
+ * Errors: THROTTLE_EINVAL (NULL, empty, longer than 200 bytes, or a '/'
+ * after the first byte), THROTTLE_ENOMEM. */
+THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
+                                                const char *name);
+
+/* Key capacity used when this process creates the segment (ignored when
+ * attaching to an existing one).  Default $THROTTLE_KEYS, else 4096.
+ * Errors: THROTTLE_EINVAL (0 or more than 1048576). */
+THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
+                                                 uint32_t keys);
+
+/* Largest delay a publisher may set and a reader will honour.  Default
+ * $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
+ * Errors: THROTTLE_EINVAL (0 or more than 7 days). */
+THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
+                                                  uint64_t ms);
+
+/* How long to wait for the segment mutex, and for another process to finish
+ * creating the segment.  Default 2000 ms.  Errors: THROTTLE_EINVAL (0). */
+THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
+                                                     uint32_t ms);
+
+/* How long an admission may be held before it is taken back from a holder
+ * that is alive but hung (dead holders are reclaimed at once).  Default
+ * $THROTTLE_LEASE_MS, else 120000 (2 min).  Errors: THROTTLE_EINVAL (0 or
+ * more than one day). */
+THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
+                                              uint32_t ms);
+
+/* Flags for throttle_config_set_flags(). */
+enum {
+  /* Accept (and create) a segment readable and writable by the owner's
+   * group (mode 0660), for loaders that run as different users of one
+   * group.  Without it, a group- or other-writable segment is refused. */
+  THROTTLE_GROUP_SHARED = 1u << 0,
+  /* Do not fall back to process-private memory: throttle_open() fails and
+   * sets *out to NULL when the segment cannot be used. */
+  THROTTLE_NO_FALLBACK = 1u << 1,
+  /* Attach only; never create the segment (THROTTLE_ESHM if it is absent). */
+  THROTTLE_NO_CREATE = 1u << 2,
+};
+THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
+                                              unsigned flags);
+
+/* ---- Handles --------------------------------------------------------- */
+
+typedef struct throttle throttle_t;
+
+/* Open (creating if needed) the segment described by cfg (NULL: defaults
+ * plus environment) and return a handle in *out.
+ *
+ * Fail open: when the segment cannot be used, the error is returned but
+ * *out is still a working handle on process-private memory (unless
+ * THROTTLE_NO_FALLBACK), throttle_is_shared() is 0 for it, and
+ * throttle_errmsg() names the cause and the fix.  Callers may log and carry
+ * on, or close it and refuse to run.  Either way, close it.
+ *
+ * Errors: THROTTLE_EINVAL (out is NULL), THROTTLE_ENOMEM (*out is NULL),
+ * THROTTLE_ESHM, THROTTLE_ENOSPC, THROTTLE_ESYMLINK, THROTTLE_EMAGIC,
+ * THROTTLE_EVERSION, THROTTLE_EFINGERPRINT, THROTTLE_ESIZE, THROTTLE_EOWNER,
+ * THROTTLE_EMODE, THROTTLE_EINITTIMEOUT, THROTTLE_ESYS. */
+THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
+                                  throttle_t **out);
+
+/* Unmap and free.  Nothing in the segment is changed.  NULL is a no-op. */
+THROTTLE_EXTERN void throttle_close(throttle_t *h);
+
+/* 1 when h uses the shared segment, 0 when it fell back to private memory. */
+THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h);
+
+/* The segment name h uses (or tried to use). */
+THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
+
+/* A human message with context for the last failing call on h in this
+ * thread; if there was none, the reason h fell back to private memory
+ * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
+ * or a warning about an invalid environment variable; otherwise "".
+ * throttle_errmsg(NULL) gives the message of a throttle_open() that failed
+ * in this thread with THROTTLE_NO_FALLBACK (its handle is gone).  Never
+ * NULL.  Valid until the next call in this thread. */
+THROTTLE_EXTERN const char *throttle_errmsg(const throttle_t *h);
+
+/* Remove the named segment (NULL: the default name).  Processes that have
+ * it open keep their mapping.  Errors: THROTTLE_ENOKEY (no such segment),
+ * THROTTLE_ESHM. */
+THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
+
+/* ---- Back-off -------------------------------------------------------- */
+
+/* Publish "key: not before now + delay_ms".  The not-before only ever moves
+ * later: it becomes max(current, now + min(delay_ms, max delay)).  Wakes
+ * nobody early; waiters re-arm for the new time.
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (no idle key to
+ * evict; the back-off is kept process-locally only), THROTTLE_ELOCKTIMEOUT,
+ * THROTTLE_ECORRUPT. */
+THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
+                                     uint64_t delay_ms);
+
+/* Non-blocking peek: *ms_left = milliseconds until key is open (0 = open
+ * now; a key never seen is open).  Rounds up, so 0 means really open.
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
+                                       uint64_t *ms_left);
+
+/* Block until key is open, then return 0.  If it had to sleep, it sleeps
+ * past the not-before by a small random jitter (up to 25 ms) so that
+ * sleepers do not wake in the same instant.  Holds no lock while asleep.
+ * A back-off extended meanwhile makes it sleep on; a clear wakes it at once.
+ *
+ * timeout_ms: UINT64_MAX waits as long as it takes; otherwise, when the key
+ * would open after the deadline, it returns THROTTLE_ETIMEDOUT at once
+ * (or as soon as a longer back-off is published while it sleeps).
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
+ * THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
+                                  uint64_t timeout_ms);
+#define THROTTLE_FOREVER UINT64_MAX
+
+/* Drop key's back-off (it opens now) and wake its waiters.  Counters stay.
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY,
+ * THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key);
+
+/* Drop every key's back-off and wake every waiter.
+ * Errors: THROTTLE_EINVAL, THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_reset(throttle_t *h);
+
+/* ---- Admission -------------------------------------------------------- */
+
+/* Work classes.  Waiting live callers are admitted before waiting backfill
+ * callers; backfill may hold at most its share of the key's cap. */
+typedef enum {
+  THROTTLE_CLASS_LIVE = 0,
+  THROTTLE_CLASS_BACKFILL = 1,
+} throttle_class_t;
+
+/* What happened to an admitted request, reported to throttle_leave(). */
+typedef enum {
+  THROTTLE_OUTCOME_OK = 0,           /* success: ends a lock episode */
+  THROTTLE_OUTCOME_LOCKED = 1,       /* 409 RESOURCE_LOCKED: publishes back-off */
+  THROTTLE_OUTCOME_RATE_LIMITED = 2, /* 429: publishes back-off */
+  THROTTLE_OUTCOME_UNAVAILABLE = 3,  /* 503: publishes back-off */
+  THROTTLE_OUTCOME_PERMANENT = 4,    /* e.g. 409 CONFLICT: never retried */
+  THROTTLE_OUTCOME_FAILED = 5,       /* other transient failure, not published */
+  THROTTLE_OUTCOME_ABANDONED = 6,    /* the caller gave up before an answer */
+} throttle_outcome_t;
+
+/* An admission, from throttle_enter() to throttle_leave().  Opaque. */
+typedef struct throttle_ticket throttle_ticket_t;
+
+/* Block until a request for key may be sent: the not-before has passed (I1),
+ * no probe of a lock episode is out (only one caller probes after a
+ * back-off), the key's cap has a free slot (granted first come, first
+ * served, live before backfill), its rate allows it and it is not paused.
+ * Holds nothing while it waits.  On success *ticket is the admission; pass
+ * it to throttle_leave() exactly once.
+ *
+ * timeout_ms: THROTTLE_FOREVER, or a bound on the whole wait.
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
+ * THROTTLE_ECANCELED (throttle_cancel() on the key), THROTTLE_ENOMEM,
+ * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
+                                   throttle_class_t cls, uint64_t timeout_ms,
+                                   throttle_ticket_t **ticket);
+
+/* Non-blocking throttle_enter(): admits at once or returns
+ * THROTTLE_EWOULDBLOCK with *wait_ms set to a hint of how long to wait
+ * (0 when the wait is for a slot rather than a time).  wait_ms may be NULL.
+ * Errors: as throttle_enter(), with THROTTLE_EWOULDBLOCK for ETIMEDOUT. */
+THROTTLE_EXTERN int throttle_try_enter(throttle_t *h, const char *key,
+                                       throttle_class_t cls,
+                                       throttle_ticket_t **ticket,
+                                       uint64_t *wait_ms);
+
+/* 1 if the ticket was admitted as the probe of a lock episode. */
+THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
+
+/* Report the outcome, free the slot (handing it to the oldest waiter) and
+ * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
+ * is published as a back-off (0 means the default of 5000 ms).
+ * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
+ * freed), THROTTLE_ELOCKTIMEOUT (the slot is then reclaimed by its lease). */
+THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
+                                   throttle_outcome_t outcome,
+                                   uint64_t retry_after_ms);
+
+/* Key settings, kept in the segment and shared by every process. */
+
+/* Cap concurrent admissions to n (1..1024), or 0 for "auto": learned from
+ * outcomes (the default).  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+ * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
+                                              uint32_t n);
+
+/* At most n admissions per period_ms, with a burst of n (GCRA); n = 0 turns
+ * the rate off.  Errors: as throttle_set_max_parallel(). */
+THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
+                                      uint32_t n, uint64_t period_ms);
+
+/* Backfill may hold at most share (0.0 to 1.0) of the key's cap at once
+ * (at least one slot when share > 0).  Default 1.0.
+ * Errors: as throttle_set_max_parallel(). */
+THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
+                                                const char *key,
+                                                double share);
+
+/* Hold new admissions of key (in-flight ones finish) / release them.
+ * Errors: as throttle_set_max_parallel(). */
+THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key);
+THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
+
+/* End every current waiter of key at once with THROTTLE_ECANCELED.  Later
+ * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+ * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
+
+/* ---- Inspection ------------------------------------------------------ */
+
+/* A snapshot of one key, copied under the mutex.  Read it with the
+ * accessors below; the fields only ever grow, so their numbers are stable. */
+typedef struct throttle_info throttle_info_t;
+
+/* XX(name, json_name, description) */
+#define THROTTLE_FIELD_MAP(XX)                                                 \
+  XX(REMAINING_MS, "remaining_ms", "ms until the key opens (0 = open)")        \
+  XX(PUBLISHES, "publishes", "back-offs published")                            \
+  XX(WAITS, "waits", "calls that had to sleep")                                \
+  XX(WAITED_MS, "waited_ms", "total time slept by those calls")                \
+  XX(LAST_DELAY_MS, "last_delay_ms", "last delay published")                  \
+  XX(LAST_PUBLISHER_PID, "last_publisher_pid", "pid of the last publisher")    \
+  XX(IDLE_MS, "idle_ms", "ms since the key was last used")                     \
+  XX(CLEARS, "clears", "times the back-off was cleared")                      \
+  XX(IN_FLIGHT, "in_flight", "admissions held now")                           \
+  XX(CAP, "cap", "concurrent admissions allowed now")                         \
+  XX(CAP_AUTO, "cap_auto", "1 when the cap is learned, 0 when fixed")         \
+  XX(WAITING_LIVE, "waiting_live", "live callers waiting")                    \
+  XX(WAITING_BACKFILL, "waiting_backfill", "backfill callers waiting")        \
+  XX(PROBE_OUT, "probe_out", "1 while the probe of a lock episode is out")    \
+  XX(LOCK_EPISODE, "lock_episode", "1 from a back-off until a probe succeeds") \
+  XX(PAUSED, "paused", "1 while new admissions are held")                     \
+  XX(RATE_N, "rate_n", "rate: admissions per period (0 = no rate)")           \
+  XX(RATE_PERIOD_MS, "rate_period_ms", "rate: the period")                    \
+  XX(BACKFILL_SHARE_PERMILLE, "backfill_share_permille",                      \
+     "most of the cap backfill may hold, in thousandths")                     \
+  XX(ADMITTED, "admitted", "admissions granted")                              \
+  XX(LOCKED, "locked", "LOCKED outcomes reported")                            \
+  XX(PROBES, "probes", "probes admitted")                                     \
+  XX(RECLAIMS, "reclaims", "slots reclaimed from dead or hung holders")       \
+  XX(CANCELED, "canceled", "waiters ended by cancel")                         \
+  XX(PERMANENT, "permanent", "PERMANENT outcomes reported")
+
+typedef enum {
+#define THROTTLE_XX_(name, json, desc) THROTTLE_FIELD_##name,
+  THROTTLE_FIELD_MAP(THROTTLE_XX_)
+#undef THROTTLE_XX_
+  THROTTLE_FIELD_COUNT_ /* not a field; grows with the list */
+} throttle_field_t;
+
+/* The field's stable JSON name, or NULL for an unknown field. */
+THROTTLE_EXTERN const char *throttle_field_name(throttle_field_t f);
+/* The key of a snapshot (NUL-terminated) and its length. */
+THROTTLE_EXTERN const char *throttle_info_key(const throttle_info_t *info);
+/* A field's value; 0 for an unknown field. */
+THROTTLE_EXTERN int64_t throttle_info_get(const throttle_info_t *info,
+                                          throttle_field_t f);
+
+/* Holder i (0-based) of a snapshot: its pid, how long it has held, its
+ * class and whether it is the probe.  Any out pointer may be NULL.
+ * Returns 0, or THROTTLE_ENOKEY when i is past the last holder. */
+THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
+                                         size_t i, int64_t *pid,
+                                         int64_t *age_ms,
+                                         throttle_class_t *cls, int *probe);
+
+/* Snapshot one key into *out (free it with throttle_info_free).
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY, THROTTLE_ENOMEM,
+ * THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
+                                  throttle_info_t **out);
+THROTTLE_EXTERN void throttle_info_free(throttle_info_t *info);
+
+/* Snapshot every key (copied under the mutex at once), then call fn on each
+ * with no lock held, in key order.  Stops early and returns fn's value when
+ * it is non-zero.  Errors: THROTTLE_EINVAL, THROTTLE_ENOMEM,
+ * THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
+                                     int (*fn)(const throttle_info_t *info,
+                                               void *arg),
+                                     void *arg);
+
+/* Segment-wide figures for `throttlectl ls`. */
+/* *capacity: key capacity; *used: keys in the table; *evictions: keys
+ * evicted to make room; *repairs: times a dead mutex owner was repaired
+ * after.  Any pointer may be NULL.  Errors: THROTTLE_EINVAL,
+ * THROTTLE_ELOCKTIMEOUT. */
+THROTTLE_EXTERN int throttle_stats(throttle_t *h, uint32_t *capacity,
+                                   uint32_t *used, uint64_t *evictions,
+                                   uint64_t *repairs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* THROTTLE_H */

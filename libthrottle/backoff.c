@@ -1,0 +1,382 @@
+/*
+ * backoff.c — the per-key not-before: publish, peek, wait, clear, and the
+ * snapshots that throttlectl prints.
+ *
+ * The hot path (a check on an open key) takes no lock and writes nothing to
+ * shared memory: it finds the record with a seqlock-checked lookup and reads
+ * one atomic word.  A not-before of 0 means "open" without even reading the
+ * clock, so the common case costs a hash and a probe.  Everything that
+ * changes a record takes the mutex, and nothing sleeps with it held.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NOLOCK_TRIES 8
+
+static uint64_t sat_mul_ms(uint64_t ms) {
+  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
+                                               : ms * THROTTLE__NS_PER_MS;
+}
+
+static void sat_inc(uint64_t *c, uint64_t by) { *c = throttle__sat_add(*c, by); }
+
+static int64_t to_i64(uint64_t v) {
+  return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+/* The key's not-before as a lock-free reader sees it: 0 when the key is
+ * absent or open.  Falls back to the mutex when the table keeps changing
+ * under it (or a writer left the sequence odd). */
+static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t hash,
+                   uint64_t *nb, struct throttle__rec **rec) {
+  for (int t = 0; t < NOLOCK_TRIES; t++) {
+    uint32_t idx, seq;
+    int f = throttle__find_nolock(h, key, len, hash, &idx, &seq);
+    if (f == 0) {
+      *nb = 0;
+      *rec = NULL;
+      return 0;
+    }
+    if (f < 0)
+      continue;
+    struct throttle__rec *r = &h->recs[idx];
+    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    if (!throttle__seq_still(h, seq))
+      continue;
+    *nb = v;
+    *rec = r;
+    return 0;
+  }
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  *nb = r ? atomic_load_explicit(&r->not_before, memory_order_relaxed) : 0;
+  *rec = r;
+  throttle__unlock(h);
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
+                                     uint64_t delay_ms) {
+  size_t len;
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  uint64_t delay = sat_mul_ms(delay_ms);
+  if (delay > h->max_delay_ns)
+    delay = h->max_delay_ns;
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  if ((rc = throttle__lock(h)) != 0)
+    return rc;
+  uint64_t now = throttle__now_ns();
+  struct throttle__rec *r;
+  rc = throttle__insert_locked(h, key, len, hash, now, &r);
+  if (rc == 0) {
+    THROTTLE__CRASHPOINT("mid-update");
+    throttle__publish_locked(h, r, now, delay);
+  }
+  throttle__unlock(h);
+  if (rc == 0)
+    throttle__clear_msg(h);
+  return rc;
+}
+
+/* ms until nb, rounded up; 0 when open.  A reading beyond the maximum
+ * delay is treated as the maximum (the writer ignored the clamp). */
+static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now) {
+  if (nb <= now)
+    return 0;
+  uint64_t d = nb - now;
+  if (d > h->max_delay_ns)
+    d = h->max_delay_ns;
+  return (d + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
+}
+
+THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
+                                       uint64_t *ms) {
+  size_t len;
+  if (h == NULL || ms == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  uint64_t nb;
+  struct throttle__rec *r;
+  rc = read_nb(h, key, len, throttle__hash(h->seed, key, len), &nb, &r);
+  if (rc != 0)
+    return rc;
+  *ms = nb == 0 ? 0 : ms_left(h, nb, throttle__now_ns());
+  return 0;
+}
+
+static void count_wait(throttle_t *h, const char *key, size_t len,
+                       uint64_t hash, uint64_t slept_ns) {
+  if (throttle__lock(h) != 0)
+    return; /* counters are best effort; the wait itself succeeded */
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  if (r != NULL) {
+    sat_inc(&r->waits, 1);
+    sat_inc(&r->waited_ns, slept_ns);
+    r->last_use_ns = throttle__now_ns();
+  }
+  throttle__unlock(h);
+}
+
+THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
+                                  uint64_t timeout_ms) {
+  size_t len;
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  uint64_t start = 0, deadline = UINT64_MAX, jitter = 0;
+  int slept = 0;
+  for (;;) {
+    uint64_t nb;
+    struct throttle__rec *r;
+    /* The epoch is read before the not-before: a clear that lands between
+     * the two changes the epoch, and the futex wait then returns at once. */
+    uint32_t epoch = 0;
+    if ((rc = read_nb(h, key, len, hash, &nb, &r)) != 0)
+      return rc;
+    if (r != NULL) {
+      epoch = atomic_load_explicit(&r->epoch, memory_order_acquire);
+      nb = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    }
+    if (nb == 0)
+      break;
+    uint64_t now = throttle__now_ns();
+    if (!slept) {
+      if (nb <= now)
+        break;
+      start = now;
+      if (timeout_ms != THROTTLE_FOREVER)
+        deadline = throttle__sat_add(now, sat_mul_ms(timeout_ms));
+      jitter = throttle__random() % (THROTTLE__JITTER_MAX_NS + 1);
+    }
+    if (nb > now && nb - now > h->max_delay_ns)
+      nb = now + h->max_delay_ns;
+    if (nb > deadline) {
+      if (slept)
+        count_wait(h, key, len, hash, now - start);
+      return throttle__fail(h, THROTTLE_ETIMEDOUT,
+                            "%s: opens in %llu ms, after the %llu ms timeout",
+                            key, (unsigned long long)ms_left(h, nb, now),
+                            (unsigned long long)timeout_ms);
+    }
+    uint64_t target = throttle__sat_add(nb, jitter);
+    if (target > deadline)
+      target = deadline;
+    if (now >= target)
+      break;
+    slept = 1;
+    if (r != NULL)
+      throttle__futex_wait(&r->epoch, epoch, target - now);
+  }
+  if (slept)
+    count_wait(h, key, len, hash, throttle__now_ns() - start);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
+  size_t len;
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  if ((rc = throttle__lock(h)) != 0)
+    return rc;
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  if (r != NULL) {
+    throttle__open_locked(r);
+    r->last_use_ns = throttle__now_ns();
+  }
+  throttle__unlock(h);
+  if (r == NULL)
+    return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
+  throttle__wake_rec(r);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state == THROTTLE__REC_USED &&
+        (atomic_load_explicit(&r->not_before, memory_order_relaxed) != 0 ||
+         (r->flags & THROTTLE__REC_EPISODE)))
+      throttle__open_locked(r);
+  }
+  throttle__unlock(h);
+  /* Wake outside the lock; a spurious wake on a free record is harmless. */
+  for (uint32_t i = 0; i < h->capacity; i++)
+    if (h->recs[i].state == THROTTLE__REC_USED)
+      throttle__wake_rec(&h->recs[i]);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+/* ---- snapshots -------------------------------------------------------- */
+
+static void snapshot(const throttle_t *h, const struct throttle__rec *r,
+                     uint64_t now, throttle_info_t *out) {
+  memcpy(out->key, r->key, r->key_len);
+  out->key[r->key_len] = 0;
+  uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+  int64_t *f = out->field;
+  f[THROTTLE_FIELD_REMAINING_MS] = (int64_t)ms_left(h, nb, now);
+  f[THROTTLE_FIELD_PUBLISHES] = to_i64(r->publishes);
+  f[THROTTLE_FIELD_WAITS] = to_i64(r->waits);
+  f[THROTTLE_FIELD_WAITED_MS] = to_i64(r->waited_ns / THROTTLE__NS_PER_MS);
+  f[THROTTLE_FIELD_LAST_DELAY_MS] = to_i64(r->last_delay_ms);
+  f[THROTTLE_FIELD_LAST_PUBLISHER_PID] = (int64_t)r->last_pid;
+  f[THROTTLE_FIELD_IDLE_MS] =
+      r->last_use_ns < now
+          ? (int64_t)((now - r->last_use_ns) / THROTTLE__NS_PER_MS)
+          : 0;
+  f[THROTTLE_FIELD_CLEARS] = to_i64(r->clears);
+  throttle__gate_snapshot(r, now, out);
+}
+
+THROTTLE_EXTERN const char *throttle_field_name(throttle_field_t f) {
+  switch (f) {
+#define XX(name, json, desc)                                                   \
+  case THROTTLE_FIELD_##name:                                                  \
+    return json;
+    THROTTLE_FIELD_MAP(XX)
+#undef XX
+  default:
+    return NULL;
+  }
+}
+
+THROTTLE_EXTERN const char *throttle_info_key(const throttle_info_t *info) {
+  return info != NULL ? info->key : "";
+}
+
+THROTTLE_EXTERN int64_t throttle_info_get(const throttle_info_t *info,
+                                          throttle_field_t f) {
+  if (info == NULL || (int)f < 0 || f >= THROTTLE_FIELD_COUNT_)
+    return 0;
+  return info->field[f];
+}
+
+THROTTLE_EXTERN void throttle_info_free(throttle_info_t *info) { free(info); }
+
+THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
+                                  throttle_info_t **out) {
+  size_t len;
+  if (h == NULL || out == NULL)
+    return THROTTLE_EINVAL;
+  *out = NULL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  throttle_info_t *info = malloc(sizeof *info);
+  if (info == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  if ((rc = throttle__lock(h)) != 0) {
+    free(info);
+    return rc;
+  }
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  if (r != NULL)
+    snapshot(h, r, throttle__now_ns(), info);
+  throttle__unlock(h);
+  if (r == NULL) {
+    free(info);
+    return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
+  }
+  *out = info;
+  return 0;
+}
+
+static int by_key(const void *a, const void *b) {
+  return strcmp(((const throttle_info_t *)a)->key,
+                ((const throttle_info_t *)b)->key);
+}
+
+THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
+                                     int (*fn)(const throttle_info_t *, void *),
+                                     void *arg) {
+  if (h == NULL || fn == NULL)
+    return THROTTLE_EINVAL;
+  /* Allocate before locking (never malloc with the mutex held), sized by
+   * the keys in use plus room to grow; if more arrived meanwhile, retry
+   * with a larger buffer.  A full table costs capacity snapshots, an
+   * almost empty one almost nothing. */
+  size_t room = (size_t)atomic_load_explicit(
+                    (_Atomic uint32_t *)&h->hdr->used, memory_order_relaxed) +
+                64;
+  throttle_info_t *all = NULL;
+  size_t n;
+  int rc;
+  for (;;) {
+    if (room > h->capacity)
+      room = h->capacity;
+    throttle_info_t *grown = realloc(all, room * sizeof *all);
+    if (grown == NULL) {
+      free(all);
+      return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+    }
+    all = grown;
+    if ((rc = throttle__lock(h)) != 0) {
+      free(all);
+      return rc;
+    }
+    if (h->hdr->used <= room)
+      break;
+    room = (size_t)h->hdr->used + 64;
+    throttle__unlock(h);
+  }
+  uint64_t now = throttle__now_ns();
+  n = 0;
+  for (uint32_t i = 0; i < h->capacity && n < room; i++)
+    if (h->recs[i].state == THROTTLE__REC_USED &&
+        h->recs[i].key_len >= 1 && h->recs[i].key_len <= THROTTLE__KEY_MAX)
+      snapshot(h, &h->recs[i], now, &all[n++]);
+  throttle__unlock(h);
+  qsort(all, n, sizeof *all, by_key);
+  rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++)
+    rc = fn(&all[i], arg);
+  free(all);
+  return rc;
+}
+
+THROTTLE_EXTERN int throttle_stats(throttle_t *h, uint32_t *capacity,
+                                   uint32_t *used, uint64_t *evictions,
+                                   uint64_t *repairs) {
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  if (capacity)
+    *capacity = h->capacity;
+  if (used)
+    *used = h->hdr->used;
+  if (evictions)
+    *evictions = h->hdr->evictions;
+  if (repairs)
+    *repairs = h->hdr->repairs;
+  throttle__unlock(h);
+  return 0;
+}

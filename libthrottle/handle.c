@@ -1,0 +1,220 @@
+/*
+ * handle.c — configuration objects, the environment, and the handle's life:
+ * open (with the fail-open fallback to private memory), close, unlink.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+enum {
+  SET_CAPACITY = 1u << 0,
+  SET_MAX_DELAY = 1u << 1,
+  SET_LOCK_TIMEOUT = 1u << 2,
+  SET_LEASE = 1u << 3,
+};
+
+THROTTLE_EXTERN throttle_config_t *throttle_config_new(void) {
+  return calloc(1, sizeof(throttle_config_t));
+}
+
+THROTTLE_EXTERN void throttle_config_free(throttle_config_t *cfg) {
+  if (cfg == NULL)
+    return;
+  free(cfg->segment);
+  free(cfg);
+}
+
+static int valid_segment_name(const char *name) {
+  if (name == NULL)
+    return 0;
+  size_t n = strnlen(name, 202);
+  if (n == 0 || n > 200 || (n == 1 && name[0] == '/'))
+    return 0;
+  return strchr(name + 1, '/') == NULL;
+}
+
+/* The segment to use: the given name, else $THROTTLE_SEGMENT, else the
+ * per-user default.  Returns -1 when $THROTTLE_SEGMENT is set but invalid
+ * (the default is used then). */
+static int resolve_name(const char *given, char *out, size_t len) {
+  const char *env = getenv("THROTTLE_SEGMENT");
+  const char *name = given;
+  if (name == NULL && env != NULL && *env != 0 && valid_segment_name(env))
+    name = env;
+  if (name != NULL) {
+    snprintf(out, len, "%s%s", name[0] == '/' ? "" : "/", name);
+    return 0;
+  }
+  snprintf(out, len, "/libthrottle-v%u-%u", THROTTLE__LAYOUT,
+           (unsigned)geteuid());
+  return env != NULL && *env != 0 ? -1 : 0;
+}
+
+THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
+                                                const char *name) {
+  if (cfg == NULL || !valid_segment_name(name))
+    return THROTTLE_EINVAL;
+  char *copy = malloc(strlen(name) + 2);
+  if (copy == NULL)
+    return THROTTLE_ENOMEM;
+  snprintf(copy, strlen(name) + 2, "%s%s", name[0] == '/' ? "" : "/", name);
+  free(cfg->segment);
+  cfg->segment = copy;
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
+                                                 uint32_t keys) {
+  if (cfg == NULL || keys == 0 || keys > THROTTLE__MAX_CAPACITY)
+    return THROTTLE_EINVAL;
+  cfg->capacity = keys;
+  cfg->set |= SET_CAPACITY;
+  return 0;
+}
+
+#define MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
+
+THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
+                                                  uint64_t ms) {
+  if (cfg == NULL || ms == 0 || ms > MAX_MAX_DELAY_MS)
+    return THROTTLE_EINVAL;
+  cfg->max_delay_ms = ms;
+  cfg->set |= SET_MAX_DELAY;
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
+                                                     uint32_t ms) {
+  if (cfg == NULL || ms == 0)
+    return THROTTLE_EINVAL;
+  cfg->lock_timeout_ms = ms;
+  cfg->set |= SET_LOCK_TIMEOUT;
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
+                                              uint32_t ms) {
+  if (cfg == NULL || ms == 0 || ms > 86400000u)
+    return THROTTLE_EINVAL;
+  cfg->lease_ms = ms;
+  cfg->set |= SET_LEASE;
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
+                                              unsigned flags) {
+  if (cfg == NULL || (flags & ~7u) != 0)
+    return THROTTLE_EINVAL;
+  cfg->flags = flags;
+  return 0;
+}
+
+/* An environment number, or def when unset; *bad is set when it is set but
+ * not a number within [lo, hi]. */
+static uint64_t env_number(const char *var, uint64_t def, uint64_t lo,
+                           uint64_t hi, const char **bad) {
+  const char *v = getenv(var);
+  if (v == NULL || *v == 0)
+    return def;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno != 0 || *end != 0 || v[0] == '-' || n < lo || n > hi) {
+    *bad = var;
+    return def;
+  }
+  return n;
+}
+
+THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
+                                  throttle_t **out) {
+  if (out == NULL)
+    return THROTTLE_EINVAL;
+  *out = NULL;
+  throttle_t *h = calloc(1, sizeof *h);
+  if (h == NULL)
+    return THROTTLE_ENOMEM;
+  const char *bad = NULL;
+  if (resolve_name(cfg != NULL ? cfg->segment : NULL, h->name,
+                   sizeof h->name) != 0)
+    bad = "THROTTLE_SEGMENT";
+  h->capacity = (cfg != NULL && (cfg->set & SET_CAPACITY))
+                    ? cfg->capacity
+                    : (uint32_t)env_number("THROTTLE_KEYS",
+                                           THROTTLE__DEFAULT_CAPACITY, 1,
+                                           THROTTLE__MAX_CAPACITY, &bad);
+  uint64_t max_ms = (cfg != NULL && (cfg->set & SET_MAX_DELAY))
+                        ? cfg->max_delay_ms
+                        : env_number("THROTTLE_MAX_DELAY_MS",
+                                     THROTTLE__DEFAULT_MAX_DELAY_MS, 1,
+                                     MAX_MAX_DELAY_MS, &bad);
+  h->max_delay_ns = max_ms * THROTTLE__NS_PER_MS;
+  h->lock_timeout_ms = (cfg != NULL && (cfg->set & SET_LOCK_TIMEOUT))
+                           ? cfg->lock_timeout_ms
+                           : THROTTLE__DEFAULT_LOCK_TIMEOUT_MS;
+  h->lease_ms = (cfg != NULL && (cfg->set & SET_LEASE))
+                    ? (uint32_t)cfg->lease_ms
+                    : (uint32_t)env_number("THROTTLE_LEASE_MS",
+                                           THROTTLE__DEFAULT_LEASE_MS, 1,
+                                           86400000u, &bad);
+  h->flags = cfg != NULL ? cfg->flags : 0;
+
+  uint32_t want_capacity = h->capacity;
+  int rc = throttle__segment_open(h, cfg);
+  if (rc == 0) {
+    if (bad != NULL)
+      snprintf(h->open_msg, sizeof h->open_msg,
+               "%s is not a valid value; the default is used", bad);
+    throttle__clear_msg(h);
+    *out = h;
+    return 0;
+  }
+  if (h->flags & THROTTLE_NO_FALLBACK) {
+    throttle__orphan_msg(h);
+    free(h);
+    return rc;
+  }
+  /* Fail open: same code, private memory.  Keep the reason for the caller;
+   * throttle_is_shared() tells that it fell back. */
+  snprintf(h->open_msg, sizeof h->open_msg, "%s: %s", throttle_err_name(rc),
+           throttle_errmsg(h));
+  throttle__clear_msg(h);
+  int prc = throttle__segment_private(h, want_capacity);
+  if (prc != 0) {
+    free(h);
+    return prc;
+  }
+  *out = h;
+  return rc;
+}
+
+THROTTLE_EXTERN void throttle_close(throttle_t *h) {
+  if (h == NULL)
+    return;
+  throttle__clear_msg(h);
+  throttle__segment_close(h);
+  free(h);
+}
+
+THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h) {
+  return h != NULL && h->shared;
+}
+
+THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h) {
+  return h != NULL ? h->name : "";
+}
+
+THROTTLE_EXTERN int throttle_unlink(const char *segment_name) {
+  char name[256];
+  if (segment_name != NULL && !valid_segment_name(segment_name))
+    return THROTTLE_EINVAL;
+  resolve_name(segment_name, name, sizeof name);
+  if (shm_unlink(name) == 0)
+    return 0;
+  return errno == ENOENT ? THROTTLE_ENOKEY : THROTTLE_ESHM;
+}

@@ -1,0 +1,251 @@
+/*
+ * internal.h — the shared-memory layout and the functions the library's
+ * files share (prefix throttle__).  Nothing here is installed.
+ *
+ * Layout of a segment (all offsets, no pointers):
+ *
+ *   [0, header_size)                 struct throttle__hdr
+ *   [header_size, +nbuckets*8)       hash index: uint64 buckets
+ *   [records_off, +capacity*recsize) struct throttle__rec[capacity]
+ *
+ * A bucket is 0 (empty), THROTTLE__TOMB (deleted) or (hash32 << 32 | idx+1).
+ * The records are the truth; the index and the free list are derived and are
+ * rebuilt from the records by the repair after a crash.
+ */
+#ifndef THROTTLE_INTERNAL_H
+#define THROTTLE_INTERNAL_H
+
+#include "throttle.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
+#define THROTTLE__LAYOUT 1u
+#define THROTTLE__KEY_MAX 255u
+#define THROTTLE__CACHELINE 64
+#define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
+#define THROTTLE__TOMB UINT64_MAX
+#define THROTTLE__MAX_CAPACITY 1048576u
+#define THROTTLE__DEFAULT_CAPACITY 4096u
+#define THROTTLE__DEFAULT_MAX_DELAY_MS UINT64_C(900000)
+#define THROTTLE__DEFAULT_LOCK_TIMEOUT_MS 2000u
+#define THROTTLE__JITTER_MAX_NS UINT64_C(25000000)
+#define THROTTLE__NS_PER_MS UINT64_C(1000000)
+
+enum { THROTTLE__REC_FREE = 0, THROTTLE__REC_USED = 0x55534544u /* "USED" */ };
+
+/* Header.  The first line identifies the segment and never changes after
+ * the magic is written; the mutex and the table bookkeeping each get their
+ * own cache line so lock traffic does not bounce the identity line that
+ * every lock-free reader touches. */
+struct throttle__hdr {
+  _Atomic uint64_t magic; /* written last, with release ordering */
+  uint32_t layout;
+  uint32_t header_size;
+  uint64_t fingerprint;
+  uint64_t total_size;
+  uint32_t capacity;
+  uint32_t nbuckets; /* power of two, >= 2 * capacity */
+  uint32_t record_size;
+  uint32_t records_off;
+  uint64_t seed;
+  uint64_t created_ns;
+  uint32_t creator_pid;
+  uint32_t flags;
+
+  _Alignas(THROTTLE__CACHELINE) pthread_mutex_t mutex;
+
+  /* Bumped to odd before and to even after any change of which record holds
+   * which key (insert, evict, index rebuild), so lock-free readers can tell
+   * that what they read was stable. */
+  _Alignas(THROTTLE__CACHELINE) _Atomic uint32_t tseq;
+  uint32_t used;
+  uint32_t free_head; /* record index + 1, 0 = none */
+  uint32_t tombstones;
+  uint64_t evictions;
+  uint64_t repairs;
+};
+
+/* Participants of one key: holders and waiters.  A key with more than
+ * THROTTLE__SLOTS participants at once makes the extra callers poll (see
+ * gate.c); caps are therefore at most THROTTLE__SLOTS. */
+#define THROTTLE__SLOTS 32u
+#define THROTTLE__DEFAULT_LEASE_MS UINT64_C(120000)
+enum {
+  THROTTLE__SLOT_FREE = 0,
+  THROTTLE__SLOT_WAITING = 1,
+  THROTTLE__SLOT_HOLDING = 2,
+  THROTTLE__SLOT_CANCELED = 3,
+};
+
+struct throttle__slot {
+  _Atomic uint32_t word; /* futex: bumped when the slot is granted/canceled */
+  uint8_t state;         /* THROTTLE__SLOT_* */
+  uint8_t cls;           /* throttle_class_t */
+  uint8_t probe;         /* granted as the probe of a lock episode */
+  uint8_t concurrent;    /* holders (with it) when it was granted */
+  uint32_t pid;
+  uint32_t lease_ms; /* how long a grant may be held before reclaim */
+  uint64_t start;    /* process start time (clock ticks), against pid reuse */
+  uint64_t ticket;   /* per-key arrival number: FIFO order and identity */
+  uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
+};
+
+/* One key.  Line 0 holds what the lock-free path reads. */
+struct throttle__rec {
+  _Atomic uint64_t not_before; /* ns on the throttle clock; 0 = open */
+  _Atomic uint32_t epoch;      /* futex word: bumped when waiters must look */
+  uint32_t state;              /* THROTTLE__REC_FREE / _USED */
+  uint32_t hash;               /* low half of the key's hash */
+  uint16_t key_len;
+  uint16_t flags;
+  /* The key follows at once, so a lookup of a key up to 40 bytes touches
+   * one cache line of the record (the not-before is in it too). */
+  char key[THROTTLE__KEY_MAX + 1];
+  uint32_t next_free; /* free list link, record index + 1 */
+  uint32_t last_pid;
+  uint64_t last_use_ns;
+  /* counters (saturating) */
+  uint64_t publishes;
+  uint64_t waits;
+  uint64_t waited_ns;
+  uint64_t last_delay_ms;
+  uint64_t clears;
+
+  /* Admission (gate.c).  Settings: */
+  uint32_t fixed_cap;     /* 0 = auto */
+  uint32_t share_permille; /* backfill share, 0..1000; see REC_SHARE_SET */
+  uint32_t rate_n;        /* 0 = no rate */
+  uint32_t cancel_gen;    /* bumped by throttle_cancel */
+  uint64_t rate_period_ns;
+  /* State: */
+  uint64_t rate_tat_ns; /* GCRA theoretical arrival time */
+  uint64_t next_ticket;
+  uint64_t probe_ticket; /* 0 = no probe out */
+  uint64_t last_reap_ns;
+  uint32_t auto_cap;      /* learned cap, 1..THROTTLE__SLOTS */
+  uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
+  uint32_t auto_oks;      /* successes since the last change */
+  uint32_t auto_fails;    /* raises that failed in a row (probing back-off) */
+  /* Counters: */
+  uint64_t admitted;
+  uint64_t locked;
+  uint64_t probes;
+  uint64_t reclaims;
+  uint64_t canceled;
+  uint64_t permanent;
+  struct throttle__slot slot[THROTTLE__SLOTS];
+} __attribute__((aligned(THROTTLE__CACHELINE)));
+
+/* rec->flags */
+enum {
+  THROTTLE__REC_EPISODE = 1u << 0,   /* back-off published, no probe OK yet */
+  THROTTLE__REC_PAUSED = 1u << 1,
+  THROTTLE__REC_SHARE_SET = 1u << 2, /* share_permille is explicit */
+};
+
+struct throttle_config {
+  char *segment;
+  uint32_t capacity;
+  uint64_t max_delay_ms;
+  uint32_t lock_timeout_ms;
+  uint64_t lease_ms;
+  unsigned flags;
+  unsigned set; /* which fields were set explicitly */
+};
+
+struct throttle {
+  char name[256];
+  int shared;
+  void *base;
+  size_t size;
+  struct throttle__hdr *hdr;
+  _Atomic uint64_t *buckets;
+  struct throttle__rec *recs;
+  uint32_t capacity; /* validated copies of header fields */
+  uint32_t bucket_mask;
+  uint64_t seed;
+  uint64_t max_delay_ns;
+  uint32_t lock_timeout_ms;
+  uint32_t lease_ms;
+  unsigned flags;
+  char open_msg[512]; /* why the handle fell back, or "" */
+};
+
+struct throttle_info {
+  char key[THROTTLE__KEY_MAX + 1];
+  int64_t field[THROTTLE_FIELD_COUNT_];
+  uint32_t nholders;
+  struct {
+    uint32_t pid;
+    uint8_t cls;
+    uint8_t probe;
+    uint64_t age_ms;
+  } holder[THROTTLE__SLOTS];
+};
+
+/* error.c */
+int throttle__fail(const throttle_t *h, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void throttle__clear_msg(const throttle_t *h);
+void throttle__orphan_msg(const throttle_t *h);
+
+/* clock.c */
+uint64_t throttle__now_ns(void);
+uint64_t throttle__mono_ns(void);
+void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
+                          uint64_t rel_ns);
+void throttle__futex_wake(_Atomic uint32_t *word);
+uint64_t throttle__random(void);
+uint64_t throttle__sat_add(uint64_t a, uint64_t b);
+
+/* segment.c */
+int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg);
+int throttle__segment_private(throttle_t *h, uint32_t capacity);
+void throttle__segment_close(throttle_t *h);
+int throttle__lock(throttle_t *h);
+void throttle__unlock(throttle_t *h);
+uint64_t throttle__fingerprint(void);
+int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
+                              char *why, size_t whylen);
+void throttle__crashpoint(const char *name);
+
+/* table.c */
+int throttle__check_key(const throttle_t *h, const char *key, size_t *len);
+uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
+/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable. */
+int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
+                          uint64_t hash, uint32_t *idx, uint32_t *seq);
+bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
+                                            size_t len, uint64_t hash);
+int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
+                            uint64_t hash, uint64_t now,
+                            struct throttle__rec **out);
+void throttle__init_table(throttle_t *h);
+void throttle__repair_locked(throttle_t *h);
+uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
+                                   uint64_t now);
+bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
+
+/* gate.c */
+void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
+void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
+                             throttle_info_t *out);
+void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
+                              uint64_t now, uint64_t delay_ns);
+void throttle__open_locked(struct throttle__rec *r);
+void throttle__cancel_locked(struct throttle__rec *r);
+void throttle__wake_rec(struct throttle__rec *r);
+
+#ifdef THROTTLE_TESTING
+#define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)
+#else
+#define THROTTLE__CRASHPOINT(name) ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,410 @@
+/*
+ * segment.c — the shared-memory object: create or attach, race-free
+ * initialisation, header validation, the robust mutex and its repair.
+ *
+ * Creation protocol.  Every opener takes an exclusive flock() on the shm fd
+ * (bounded by the lock timeout) before looking at the contents.  Under that
+ * lock, a segment of size 0, or one whose magic is still 0, is (re)built:
+ * size set and reserved with posix_fallocate, header and table written, and
+ * the magic stored last with release ordering.  A creator killed at any
+ * point releases the flock with its file descriptor and leaves a magic of 0,
+ * which the next opener treats as "not yet built" — so a half-built segment
+ * can neither block nor fool anyone.  A non-zero magic that is not ours is
+ * never overwritten: it may be another program's live segment.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <signal.h>
+#include <stdlib.h>
+
+static uint64_t fnv1a(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; i++) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= UINT64_C(0x100000001b3);
+  }
+  return h;
+}
+
+/* Everything about the build that changes how the bytes are read. */
+uint64_t throttle__fingerprint(void) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  const uint64_t parts[] = {
+      THROTTLE__LAYOUT,
+      sizeof(pthread_mutex_t),
+      sizeof(struct throttle__hdr),
+      offsetof(struct throttle__hdr, mutex),
+      offsetof(struct throttle__hdr, tseq),
+      sizeof(struct throttle__rec),
+      offsetof(struct throttle__rec, key),
+      offsetof(struct throttle__rec, publishes),
+      sizeof(void *),
+      sizeof(long),
+      THROTTLE__KEY_MAX,
+      THROTTLE__MAX_PROBE,
+      0x0102030405060708u, /* byte order, via the hash of its bytes */
+  };
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    h = fnv1a(h, parts[i]);
+  return h;
+}
+
+static uint32_t pow2_at_least(uint64_t v) {
+  uint32_t p = 1;
+  while (p < v)
+    p <<= 1;
+  return p;
+}
+
+static uint64_t header_size(void) {
+  return (sizeof(struct throttle__hdr) + THROTTLE__CACHELINE - 1) &
+         ~(uint64_t)(THROTTLE__CACHELINE - 1);
+}
+
+static void layout_sizes(uint32_t capacity, uint32_t *nbuckets,
+                         uint64_t *records_off, uint64_t *total) {
+  *nbuckets = pow2_at_least((uint64_t)capacity * 2);
+  *records_off = header_size() + (uint64_t)*nbuckets * sizeof(uint64_t);
+  *records_off = (*records_off + THROTTLE__CACHELINE - 1) &
+                 ~(uint64_t)(THROTTLE__CACHELINE - 1);
+  *total = *records_off + (uint64_t)capacity * sizeof(struct throttle__rec);
+}
+
+int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
+                              char *why, size_t whylen) {
+  uint64_t magic = atomic_load_explicit(&hdr->magic, memory_order_acquire);
+  if (magic != THROTTLE__MAGIC) {
+    snprintf(why, whylen, "magic is 0x%016llx, expected 0x%016llx",
+             (unsigned long long)magic, (unsigned long long)THROTTLE__MAGIC);
+    return THROTTLE_EMAGIC;
+  }
+  if (hdr->layout != THROTTLE__LAYOUT) {
+    snprintf(why, whylen, "layout version %u, this library reads %u",
+             hdr->layout, THROTTLE__LAYOUT);
+    return THROTTLE_EVERSION;
+  }
+  if (hdr->fingerprint != throttle__fingerprint()) {
+    snprintf(why, whylen,
+             "layout fingerprint 0x%016llx, this build expects 0x%016llx "
+             "(built with a different compiler, ABI or library version)",
+             (unsigned long long)hdr->fingerprint,
+             (unsigned long long)throttle__fingerprint());
+    return THROTTLE_EFINGERPRINT;
+  }
+  uint32_t nb;
+  uint64_t roff, total;
+  if (hdr->capacity == 0 || hdr->capacity > THROTTLE__MAX_CAPACITY) {
+    snprintf(why, whylen, "capacity %u out of range", hdr->capacity);
+    return THROTTLE_ESIZE;
+  }
+  layout_sizes(hdr->capacity, &nb, &roff, &total);
+  if (hdr->header_size != header_size() || hdr->nbuckets != nb ||
+      hdr->records_off != roff ||
+      hdr->record_size != sizeof(struct throttle__rec) ||
+      hdr->total_size != total) {
+    snprintf(why, whylen,
+             "header sizes disagree: header %u, buckets %u, records at %u of "
+             "%u bytes, total %llu (expected %llu for %u keys)",
+             hdr->header_size, hdr->nbuckets, hdr->records_off,
+             hdr->record_size, (unsigned long long)hdr->total_size,
+             (unsigned long long)total, hdr->capacity);
+    return THROTTLE_ESIZE;
+  }
+  if (total != size) {
+    snprintf(why, whylen, "header says %llu bytes but the object has %llu",
+             (unsigned long long)total, (unsigned long long)size);
+    return THROTTLE_ESIZE;
+  }
+  return 0;
+}
+
+static void bind_handle(throttle_t *h, void *base, size_t size) {
+  h->base = base;
+  h->size = size;
+  h->hdr = base;
+  h->capacity = h->hdr->capacity;
+  h->bucket_mask = h->hdr->nbuckets - 1;
+  h->seed = h->hdr->seed;
+  h->buckets = (_Atomic uint64_t *)((char *)base + h->hdr->header_size);
+  h->recs = (struct throttle__rec *)((char *)base + h->hdr->records_off);
+}
+
+/* Build a fresh segment image in base (zero-filled or not). */
+static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
+  uint32_t nb;
+  uint64_t roff, total;
+  layout_sizes(capacity, &nb, &roff, &total);
+  memset(base, 0, total);
+  struct throttle__hdr *hdr = base;
+  hdr->layout = THROTTLE__LAYOUT;
+  hdr->header_size = (uint32_t)header_size();
+  hdr->fingerprint = throttle__fingerprint();
+  hdr->total_size = total;
+  hdr->capacity = capacity;
+  hdr->nbuckets = nb;
+  hdr->record_size = sizeof(struct throttle__rec);
+  hdr->records_off = (uint32_t)roff;
+  if (getrandom(&hdr->seed, sizeof hdr->seed, GRND_NONBLOCK) !=
+      (ssize_t)sizeof hdr->seed)
+    hdr->seed = throttle__mono_ns() ^ ((uint64_t)getpid() << 40);
+  hdr->created_ns = throttle__now_ns();
+  hdr->creator_pid = (uint32_t)getpid();
+
+  pthread_mutexattr_t ma;
+  int rc = pthread_mutexattr_init(&ma);
+  if (rc == 0)
+    rc = pthread_mutexattr_setpshared(
+        &ma, pshared ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE);
+  if (rc == 0)
+    rc = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+  if (rc == 0)
+    rc = pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_NONE);
+  if (rc == 0)
+    rc = pthread_mutex_init(&hdr->mutex, &ma);
+  pthread_mutexattr_destroy(&ma);
+  if (rc != 0)
+    return throttle__fail(h, THROTTLE_ESYS, "%s: pthread_mutex_init: %s",
+                          h->name, strerror(rc));
+  bind_handle(h, base, total);
+  throttle__init_table(h);
+  THROTTLE__CRASHPOINT("init-before-magic");
+  atomic_store_explicit(&hdr->magic, THROTTLE__MAGIC, memory_order_release);
+  return 0;
+}
+
+static int sys_fail(throttle_t *h, const char *what, int e) {
+  if (e == ENOSPC || e == EFBIG)
+    return throttle__fail(h, THROTTLE_ENOSPC,
+                          "%s: %s: %s; free space in /dev/shm or lower "
+                          "THROTTLE_KEYS",
+                          h->name, what, strerror(e));
+  return throttle__fail(h, THROTTLE_ESYS, "%s: %s: %s", h->name, what,
+                        strerror(e));
+}
+
+static int take_flock(throttle_t *h, int fd) {
+  uint64_t deadline =
+      throttle__mono_ns() + (uint64_t)h->lock_timeout_ms * THROTTLE__NS_PER_MS;
+  for (;;) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      return 0;
+    if (errno != EWOULDBLOCK && errno != EINTR)
+      return sys_fail(h, "flock", errno);
+    if (throttle__mono_ns() >= deadline)
+      return throttle__fail(h, THROTTLE_EINITTIMEOUT,
+                            "%s: another process kept the segment's init lock "
+                            "for more than %u ms",
+                            h->name, h->lock_timeout_ms);
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Called with the flock held.  On success the handle is bound. */
+static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
+                         int created) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return sys_fail(h, "fstat", errno);
+  if (st.st_uid != geteuid())
+    return throttle__fail(h, THROTTLE_EOWNER,
+                          "%s is owned by uid %u, not %u; use another segment "
+                          "name (THROTTLE_SEGMENT) or remove it as its owner "
+                          "(throttlectl rm)",
+                          h->name, (unsigned)st.st_uid, (unsigned)geteuid());
+  mode_t bad = (h->flags & THROTTLE_GROUP_SHARED) ? 0002 : 0022;
+  if ((st.st_mode & bad) && !created)
+    return throttle__fail(h, THROTTLE_EMODE,
+                          "%s has mode %04o: writable by %s; remove it "
+                          "(throttlectl rm)%s",
+                          h->name, (unsigned)(st.st_mode & 07777),
+                          (st.st_mode & 0002) ? "others" : "its group",
+                          (st.st_mode & 0002) ? ""
+                                              : " or open with "
+                                                "THROTTLE_GROUP_SHARED");
+  uint64_t size = (uint64_t)st.st_size;
+  if (size != 0 && size < header_size())
+    return throttle__fail(h, THROTTLE_ESIZE,
+                          "%s is %llu bytes, too small for a header; remove "
+                          "it (throttlectl rm)",
+                          h->name, (unsigned long long)size);
+  if (size != 0) {
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+      return sys_fail(h, "mmap", errno);
+    struct throttle__hdr *hdr = base;
+    if (atomic_load_explicit(&hdr->magic, memory_order_acquire) != 0) {
+      char why[256];
+      int rc = throttle__validate_header(hdr, size, why, sizeof why);
+      if (rc != 0) {
+        munmap(base, size);
+        return throttle__fail(h, rc, "%s: %s; remove it (throttlectl rm)",
+                              h->name, why);
+      }
+      bind_handle(h, base, size);
+      return 0;
+    }
+    /* Magic 0: a creator died before finishing.  Rebuild it. */
+    munmap(base, size);
+  }
+  uint32_t nb;
+  uint64_t roff, total;
+  layout_sizes(capacity, &nb, &roff, &total);
+  THROTTLE__CRASHPOINT("init-before-truncate");
+  if (ftruncate(fd, (off_t)total) != 0)
+    return sys_fail(h, "ftruncate", errno);
+  int e = posix_fallocate(fd, 0, (off_t)total);
+  if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+    int ignored = ftruncate(fd, 0);
+    (void)ignored;
+    return sys_fail(h, "posix_fallocate", e);
+  }
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    return sys_fail(h, "mmap", errno);
+  int rc = build(h, base, capacity, 1);
+  if (rc != 0) {
+    munmap(base, total);
+    h->base = NULL;
+    return rc;
+  }
+  return 0;
+}
+
+int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
+  (void)cfg;
+  mode_t mode = (h->flags & THROTTLE_GROUP_SHARED) ? 0660 : 0600;
+  int created = 0;
+  int fd = -1;
+  if (!(h->flags & THROTTLE_NO_CREATE)) {
+    fd = shm_open(h->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+    if (fd >= 0) {
+      created = 1;
+      /* shm_open applied the umask; set the mode we mean. */
+      if (fchmod(fd, mode) != 0) {
+        int e = errno;
+        close(fd);
+        shm_unlink(h->name);
+        return sys_fail(h, "fchmod", e);
+      }
+    } else if (errno != EEXIST) {
+      fd = -2;
+    }
+  }
+  if (fd == -1)
+    fd = shm_open(h->name, O_RDWR | O_NOFOLLOW, 0);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ELOOP)
+      return throttle__fail(h, THROTTLE_ESYMLINK,
+                            "%s is a symbolic link; refusing to follow it "
+                            "(remove it with throttlectl rm)",
+                            h->name);
+    if (e == EACCES)
+      return throttle__fail(h, THROTTLE_EOWNER,
+                            "%s: permission denied: the segment belongs to "
+                            "another user; set THROTTLE_SEGMENT to another "
+                            "name",
+                            h->name);
+    if (e == ENOENT && (h->flags & THROTTLE_NO_CREATE))
+      return throttle__fail(h, THROTTLE_ESHM, "%s does not exist", h->name);
+    return throttle__fail(h, THROTTLE_ESHM,
+                          "shm_open %s: %s (is /dev/shm mounted and "
+                          "writable?)",
+                          h->name, strerror(e));
+  }
+  int rc = take_flock(h, fd);
+  if (rc == 0) {
+    rc = attach_locked(h, fd, h->capacity, created);
+    flock(fd, LOCK_UN);
+  }
+  if (rc != 0 && created)
+    shm_unlink(h->name);
+  close(fd);
+  if (rc == 0)
+    h->shared = 1;
+  return rc;
+}
+
+int throttle__segment_private(throttle_t *h, uint32_t capacity) {
+  uint32_t nb;
+  uint64_t roff, total;
+  layout_sizes(capacity, &nb, &roff, &total);
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    return throttle__fail(h, THROTTLE_ENOMEM, "private fallback: mmap: %s",
+                          strerror(errno));
+  int rc = build(h, base, capacity, 0);
+  if (rc != 0) {
+    munmap(base, total);
+    h->base = NULL;
+  }
+  h->shared = 0;
+  return rc;
+}
+
+void throttle__segment_close(throttle_t *h) {
+  if (h->base != NULL)
+    munmap(h->base, h->size);
+  h->base = NULL;
+}
+
+int throttle__lock(throttle_t *h) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += h->lock_timeout_ms / 1000;
+  ts.tv_nsec += (long)(h->lock_timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  int rc = pthread_mutex_clocklock(&h->hdr->mutex, CLOCK_MONOTONIC, &ts);
+  if (rc == 0) {
+    THROTTLE__CRASHPOINT("after-lock");
+    return 0;
+  }
+  if (rc == EOWNERDEAD) {
+    /* The previous owner died inside a critical section.  Put the table
+     * back into a state every reader can trust, then mark the mutex
+     * consistent again. */
+    THROTTLE__CRASHPOINT("mid-repair");
+    throttle__repair_locked(h);
+    if (h->hdr->repairs < UINT64_MAX)
+      h->hdr->repairs++;
+    pthread_mutex_consistent(&h->hdr->mutex);
+    return 0;
+  }
+  if (rc == ETIMEDOUT)
+    return throttle__fail(h, THROTTLE_ELOCKTIMEOUT,
+                          "%s: mutex not acquired within %u ms (a live process "
+                          "holds it, or the segment is damaged)",
+                          h->name, h->lock_timeout_ms);
+  return throttle__fail(h, THROTTLE_ECORRUPT,
+                        "%s: mutex unusable (%s); remove the segment "
+                        "(throttlectl rm)",
+                        h->name, strerror(rc));
+}
+
+void throttle__unlock(throttle_t *h) {
+  pthread_mutex_unlock(&h->hdr->mutex);
+}
+
+#ifdef THROTTLE_TESTING
+/* Test builds only: THROTTLE_CRASH_AT=name kills the process at that
+ * point, as a power cut or `kill -9` would. */
+void throttle__crashpoint(const char *name) {
+  const char *at = getenv("THROTTLE_CRASH_AT");
+  if (at != NULL && strcmp(at, name) == 0)
+    raise(SIGKILL);
+}
+#endif

@@ -1,0 +1,117 @@
+/*
+ * settings.c — per-key settings an operator or a program makes, kept in the
+ * segment so every process obeys them: the cap, the rate, the backfill
+ * share, pause/resume, and cancel.  Each change wakes the key's waiters so
+ * they look at the gate again (gate.c).
+ */
+#include "internal.h"
+
+/* Find or create key, apply fn under the mutex, then let waiters re-check. */
+static int with_key(throttle_t *h, const char *key, bool create,
+                    void (*fn)(struct throttle__rec *, const void *),
+                    const void *arg) {
+  size_t len;
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  if ((rc = throttle__lock(h)) != 0)
+    return rc;
+  uint64_t now = throttle__now_ns();
+  struct throttle__rec *r = NULL;
+  if (create)
+    rc = throttle__insert_locked(h, key, len, hash, now, &r);
+  else if ((r = throttle__find_locked(h, key, len, hash)) == NULL)
+    rc = throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
+  if (rc == 0) {
+    fn(r, arg);
+    r->last_use_ns = now;
+  }
+  throttle__unlock(h);
+  if (rc == 0) {
+    throttle__wake_rec(r);
+    throttle__clear_msg(h);
+  }
+  return rc;
+}
+
+static void set_cap(struct throttle__rec *r, const void *arg) {
+  r->fixed_cap = *(const uint32_t *)arg;
+}
+
+THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
+                                              uint32_t n) {
+  if (n > THROTTLE__SLOTS)
+    return h ? throttle__fail(h, THROTTLE_EINVAL,
+                              "max parallel %u: at most %u", n,
+                              THROTTLE__SLOTS)
+             : THROTTLE_EINVAL;
+  return with_key(h, key, true, set_cap, &n);
+}
+
+struct rate_arg {
+  uint32_t n;
+  uint64_t period_ns;
+};
+
+static void set_rate(struct throttle__rec *r, const void *arg) {
+  const struct rate_arg *a = arg;
+  r->rate_n = a->n;
+  r->rate_period_ns = a->n ? a->period_ns : 0;
+  r->rate_tat_ns = 0;
+}
+
+THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
+                                      uint32_t n, uint64_t period_ms) {
+  if (n != 0 && (period_ms == 0 || period_ms > UINT64_C(86400000) * 366))
+    return h ? throttle__fail(h, THROTTLE_EINVAL,
+                              "rate period must be 1 ms to a year")
+             : THROTTLE_EINVAL;
+  struct rate_arg a = {n, period_ms * THROTTLE__NS_PER_MS};
+  return with_key(h, key, true, set_rate, &a);
+}
+
+static void set_share(struct throttle__rec *r, const void *arg) {
+  r->share_permille = *(const uint32_t *)arg;
+  r->flags |= THROTTLE__REC_SHARE_SET;
+}
+
+THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
+                                                const char *key,
+                                                double share) {
+  if (!(share >= 0.0 && share <= 1.0))
+    return h ? throttle__fail(h, THROTTLE_EINVAL,
+                              "backfill share must be within 0 and 1")
+             : THROTTLE_EINVAL;
+  uint32_t permille = (uint32_t)(share * 1000.0 + 0.5);
+  return with_key(h, key, true, set_share, &permille);
+}
+
+static void set_paused(struct throttle__rec *r, const void *arg) {
+  if (*(const int *)arg)
+    r->flags |= THROTTLE__REC_PAUSED;
+  else
+    r->flags &= (uint16_t)~THROTTLE__REC_PAUSED;
+}
+
+THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key) {
+  int on = 1;
+  return with_key(h, key, true, set_paused, &on);
+}
+
+THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key) {
+  int on = 0;
+  return with_key(h, key, false, set_paused, &on);
+}
+
+static void do_cancel(struct throttle__rec *r, const void *arg) {
+  (void)arg;
+  throttle__cancel_locked(r);
+}
+
+THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
+  return with_key(h, key, false, do_cancel, NULL);
+}
+

@@ -1,0 +1,326 @@
+/*
+ * helpers.c — the shared test fixture (see helpers.h).
+ *
+ * Every test gets its own segment name, so tests never see each other's
+ * state and a failed test leaves nothing behind for the next one: the
+ * teardown kills and reaps its children and unlinks its segment.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static unsigned name_counter;
+
+void th_unique_name(char *buf, size_t len) {
+  snprintf(buf, len, "/tt-%ld-%u", (long)getpid(), ++name_counter);
+}
+
+/* The variables throttle_open() and the crash points read: tests set them
+ * on purpose only, and never leave them behind. */
+static void clear_env(void) {
+  unsetenv("THROTTLE_SEGMENT");
+  unsetenv("THROTTLE_KEYS");
+  unsetenv("THROTTLE_MAX_DELAY_MS");
+  unsetenv("THROTTLE_CRASH_AT");
+}
+
+int th_setup(void **state) {
+  clear_env();
+  struct th_fx *fx = calloc(1, sizeof *fx);
+  if (fx == NULL)
+    return -1;
+  th_unique_name(fx->name, sizeof fx->name);
+  shm_unlink(fx->name); /* a pid reused from an earlier crashed run */
+  fx->cfg = throttle_config_new();
+  if (fx->cfg == NULL || throttle_config_set_segment(fx->cfg, fx->name) != 0 ||
+      throttle_config_set_lock_timeout(fx->cfg, 2000) != 0) {
+    throttle_config_free(fx->cfg);
+    free(fx);
+    return -1;
+  }
+  *state = fx;
+  return 0;
+}
+
+int th_teardown(void **state) {
+  struct th_fx *fx = *state;
+  if (fx == NULL)
+    return 0;
+  for (int i = 0; i < fx->nkids; i++) {
+    kill(fx->kids[i], SIGKILL);
+    while (waitpid(fx->kids[i], NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+  fx->nkids = 0;
+  throttle_close(fx->h);
+  throttle_config_free(fx->cfg);
+  shm_unlink(fx->name);
+  for (int i = 0; i < fx->nextra; i++)
+    shm_unlink(fx->extra[i]);
+  clear_env();
+  free(fx);
+  *state = NULL;
+  return 0;
+}
+
+const char *th_extra_name(struct th_fx *fx) {
+  assert_true(fx->nextra < 8);
+  char *n = fx->extra[fx->nextra++];
+  th_unique_name(n, sizeof fx->extra[0]);
+  shm_unlink(n);
+  return n;
+}
+
+throttle_t *th_open(struct th_fx *fx) {
+  int rc = throttle_open(fx->cfg, &fx->h);
+  if (rc != 0)
+    print_error("throttle_open(%s): %s: %s\n", fx->name, throttle_err_name(rc),
+                throttle_errmsg(fx->h));
+  assert_int_equal(rc, 0);
+  assert_non_null(fx->h);
+  assert_int_equal(throttle_is_shared(fx->h), 1);
+  return fx->h;
+}
+
+int th_open_rc(struct th_fx *fx, throttle_t **out) {
+  return throttle_open(fx->cfg, out);
+}
+
+static void forget(struct th_fx *fx, pid_t pid) {
+  for (int i = 0; i < fx->nkids; i++)
+    if (fx->kids[i] == pid) {
+      fx->kids[i] = fx->kids[--fx->nkids];
+      return;
+    }
+}
+
+pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg) {
+  assert_true(fx->nkids < TH_MAX_CHILDREN);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    _exit(fn(arg) & 0xff); /* never back into the runner */
+  fx->kids[fx->nkids++] = pid;
+  return pid;
+}
+
+int th_reap(struct th_fx *fx, pid_t pid, int timeout_ms) {
+  uint64_t deadline = th_mono_ms() + (uint64_t)timeout_ms;
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      break;
+    if (r < 0 && errno != EINTR)
+      fail_msg("waitpid(%ld): %s", (long)pid, strerror(errno));
+    if (th_mono_ms() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      forget(fx, pid);
+      fail_msg("child %ld still running after %d ms (hang guard)", (long)pid,
+               timeout_ms);
+    }
+    th_sleep_ms(2);
+  }
+  forget(fx, pid);
+  return status;
+}
+
+void th_wait_stopped(struct th_fx *fx, pid_t pid, int timeout_ms) {
+  uint64_t deadline = th_mono_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid(pid, &st, WUNTRACED | WNOHANG);
+    if (r == pid && WIFSTOPPED(st))
+      return;
+    if (r == pid) {
+      forget(fx, pid);
+      fail_msg("child %ld ended instead of stopping (status 0x%x)", (long)pid,
+               (unsigned)st);
+    }
+    if (r < 0 && errno != EINTR)
+      fail_msg("waitpid(%ld): %s", (long)pid, strerror(errno));
+    if (th_mono_ms() > deadline)
+      fail_msg("child %ld did not stop within %d ms", (long)pid, timeout_ms);
+    th_sleep_ms(2);
+  }
+}
+
+void th_reap_ok(struct th_fx *fx, pid_t pid, int timeout_ms) {
+  int st = th_reap(fx, pid, timeout_ms);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("child %ld: %s %d", (long)pid,
+             WIFEXITED(st) ? "exit status" : "killed by signal",
+             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+void th_reap_killed(struct th_fx *fx, pid_t pid, int timeout_ms) {
+  int st = th_reap(fx, pid, timeout_ms);
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+    fail_msg("child %ld should have died by SIGKILL at its crash point: %s %d",
+             (long)pid, WIFEXITED(st) ? "exit status" : "signal",
+             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+void th_child_fail(const char *file, int line, const char *what) {
+  fprintf(stderr, "child %ld: %s:%d: check failed: %s\n", (long)getpid(), file,
+          line, what);
+}
+
+void th_gate_init(struct th_gate *g) { assert_int_equal(pipe(g->fd), 0); }
+
+void th_gate_open(struct th_gate *g) {
+  if (g->fd[1] >= 0)
+    close(g->fd[1]);
+  g->fd[1] = -1;
+}
+
+/* A child: closes its copy of the write end, then reads until every write
+ * end is closed (EOF) — that is, until the parent opens the gate. */
+void th_gate_wait(struct th_gate *g) {
+  if (g->fd[1] >= 0)
+    close(g->fd[1]);
+  g->fd[1] = -1;
+  char c;
+  while (read(g->fd[0], &c, 1) < 0 && errno == EINTR)
+    ;
+}
+
+void th_gate_close(struct th_gate *g) {
+  th_gate_open(g);
+  if (g->fd[0] >= 0)
+    close(g->fd[0]);
+  g->fd[0] = -1;
+}
+
+void th_send_u64(int fd, uint64_t v) {
+  ssize_t n;
+  while ((n = write(fd, &v, sizeof v)) < 0 && errno == EINTR)
+    ;
+}
+
+int th_recv_u64(int fd, uint64_t *v) {
+  size_t got = 0;
+  while (got < sizeof *v) {
+    ssize_t n = read(fd, (char *)v + got, sizeof *v - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+static char proc_state(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+int th_wait_sleeping(pid_t pid, int timeout_ms) {
+  uint64_t deadline = th_mono_ms() + (uint64_t)timeout_ms;
+  while (th_mono_ms() < deadline) {
+    if (proc_state(pid) == 'S')
+      return 1;
+    th_sleep_ms(1);
+  }
+  return 0;
+}
+
+uint64_t th_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t th_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void th_sleep_ms(unsigned ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+void th_shm_path(const char *name, char *buf, size_t len) {
+  snprintf(buf, len, "/dev/shm%s%s", name[0] == '/' ? "" : "/", name);
+}
+
+void *th_map(const char *name, size_t *size) {
+  int fd = shm_open(name, O_RDWR, 0);
+  if (fd < 0)
+    fail_msg("shm_open(%s): %s", name, strerror(errno));
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_true(st.st_size > 0);
+  void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd, 0);
+  close(fd);
+  assert_true(base != MAP_FAILED);
+  *size = (size_t)st.st_size;
+  return base;
+}
+
+void th_unmap(void *base, size_t size) { munmap(base, size); }
+
+void th_truncate(const char *name, uint64_t size) {
+  int fd = shm_open(name, O_RDWR, 0);
+  if (fd < 0)
+    fail_msg("shm_open(%s): %s", name, strerror(errno));
+  int rc = ftruncate(fd, (off_t)size);
+  close(fd);
+  assert_int_equal(rc, 0);
+}
+
+void th_chmod(const char *name, unsigned mode) {
+  int fd = shm_open(name, O_RDWR, 0);
+  if (fd < 0)
+    fail_msg("shm_open(%s): %s", name, strerror(errno));
+  int rc = fchmod(fd, (mode_t)mode);
+  close(fd);
+  assert_int_equal(rc, 0);
+}
+
+int th_contains(const char *msg, const char *needle) {
+  return msg != NULL && strstr(msg, needle) != NULL;
+}
+
+uint64_t th_remaining(throttle_t *h, const char *key) {
+  uint64_t ms = UINT64_MAX;
+  int rc = throttle_remaining(h, key, &ms);
+  if (rc != 0)
+    fail_msg("throttle_remaining(%s): %s: %s", key, throttle_err_name(rc),
+             throttle_errmsg(h));
+  return ms;
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Check the build dependencies; on Debian install the missing ones when run
+# as root, otherwise print the exact command to run.
+set -u
+need=""
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev python3 pkg-config; do
+  have_pkg "$p" || need="$need $p"
+done
+[ -z "$need" ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "deps: missing:$need (install them with your package manager)" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing:$need" >&2
+  echo "deps: run: sudo apt-get update && sudo apt-get install -y$need" >&2
+  exit 1
+fi
+echo "deps: installing$need" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2 && apt-get install -y -qq $need >&2
