@@ -78,8 +78,9 @@ $(B)/libthrottle-curl.so.$(MAJOR): $(HTTP_OBJ) $(B)/libthrottle.so.$(MAJOR) libt
 	ln -sf libthrottle-curl.so.$(MAJOR) $(B)/libthrottle-curl.so
 
 # throttlectl links statically, so it runs from the build tree as installed.
-$(B)/throttlectl: tools/throttlectl.c $(B)/libthrottle.a $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) include/throttle.h
-	$(CC) $(CFLAGS_ALL) -o $@ tools/throttlectl.c $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) \
+CTL_SRC := tools/throttlectl.c $(sort $(wildcard tools/ctl_*.c))
+$(B)/throttlectl: $(CTL_SRC) $(wildcard tools/ctl.h) $(B)/libthrottle.a $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) include/throttle.h
+	$(CC) $(CFLAGS_ALL) -Itools -o $@ $(CTL_SRC) $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) \
 	  $(B)/libthrottle.a $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
 
 $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a $(B)/throttlectl | $(B)/tests
@@ -109,8 +110,9 @@ asan: deps
 # ThreadSanitizer covers the threaded tests (threads of one process sharing
 # one mapping); TSan does not model futexes shared between processes.
 TSAN_TESTS := $(sort $(patsubst tests/%.c,build/tsan/tests/%,$(wildcard tests/test_*thread*.c)))
+# clang: gcc 12 rejects atomic_thread_fence under -fsanitize=thread.
 tsan: deps
-	@$(MAKE) --no-print-directory B=build/tsan OPT="-O1 -g" SAN="-fsanitize=thread" \
+	@$(MAKE) --no-print-directory B=build/tsan CC=clang OPT="-O1 -g" SAN="-fsanitize=thread" \
 	  tests-build
 	@TSAN_OPTIONS=halt_on_error=1 B=build/tsan sh tests/run.sh $(TSAN_TESTS)
 
@@ -132,7 +134,7 @@ bench: all $(BENCHES)
 # ---- analysers ---------------------------------------------------------
 
 tidy:
-	clang-tidy --quiet $(CORE_SRC) tools/throttlectl.c -- -std=c11 -D_GNU_SOURCE -Iinclude -Ilibthrottle
+	clang-tidy --quiet $(CORE_SRC) $(CTL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Ilibthrottle
 
 cppcheck:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

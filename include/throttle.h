@@ -216,8 +216,9 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 /* Publish "key: not before now + delay_ms".  The not-before only ever moves
  * later: it becomes max(current, now + min(delay_ms, max delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
- * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (no idle key to
- * evict; the back-off is kept process-locally only), THROTTLE_ELOCKTIMEOUT,
+ * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
+ * back-off or holders pending, so none can be evicted: the caller honours
+ * its own delay, e.g. by sleeping it), THROTTLE_ELOCKTIMEOUT,
  * THROTTLE_ECORRUPT. */
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms);

@@ -5,7 +5,8 @@
  * The hot path (a check on an open key) takes no lock and writes nothing to
  * shared memory: it finds the record with a seqlock-checked lookup and reads
  * one atomic word.  A not-before of 0 means "open" without even reading the
- * clock, so the common case costs a hash and a probe.  Everything that
+ * clock, so the common case costs a per-thread guess checked against the
+ * record (table.c), or on a miss a hash and a probe.  Everything that
  * changes a record takes the mutex, and nothing sleeps with it held.
  */
 #include "internal.h"
@@ -29,12 +30,16 @@ static int64_t to_i64(uint64_t v) {
 
 /* The key's not-before as a lock-free reader sees it: 0 when the key is
  * absent or open.  Falls back to the mutex when the table keeps changing
- * under it (or a writer left the sequence odd). */
-static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t hash,
-                   uint64_t *nb, struct throttle__rec **rec) {
+ * under it (or a writer left the sequence odd).  *epoch (may be NULL) is the
+ * record's futex word, read before the not-before and validated with it:
+ * read after the check, both could belong to another key that took over
+ * the record meanwhile. */
+static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
+                   struct throttle__rec **rec, uint32_t *epoch) {
+  uint32_t e = 0;
   for (int t = 0; t < NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
-    int f = throttle__find_nolock(h, key, len, hash, &idx, &seq);
+    int f = throttle__find_nolock(h, key, len, &idx, &seq);
     if (f == 0) {
       *nb = 0;
       *rec = NULL;
@@ -43,19 +48,27 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t hash,
     if (f < 0)
       continue;
     struct throttle__rec *r = &h->recs[idx];
+    e = atomic_load_explicit(&r->epoch, memory_order_acquire);
     uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
     if (!throttle__seq_still(h, seq))
       continue;
     *nb = v;
     *rec = r;
+    if (epoch != NULL)
+      *epoch = e;
     return 0;
   }
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;
-  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL)
+    e = atomic_load_explicit(&r->epoch, memory_order_relaxed);
   *nb = r ? atomic_load_explicit(&r->not_before, memory_order_relaxed) : 0;
   *rec = r;
+  if (epoch != NULL)
+    *epoch = e;
   throttle__unlock(h);
   return 0;
 }
@@ -108,7 +121,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
     return rc;
   uint64_t nb;
   struct throttle__rec *r;
-  rc = read_nb(h, key, len, throttle__hash(h->seed, key, len), &nb, &r);
+  rc = read_nb(h, key, len, &nb, &r, NULL);
   if (rc != 0)
     return rc;
   *ms = nb == 0 ? 0 : ms_left(h, nb, throttle__now_ns());
@@ -116,7 +129,8 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
 }
 
 static void count_wait(throttle_t *h, const char *key, size_t len,
-                       uint64_t hash, uint64_t slept_ns) {
+                       uint64_t slept_ns) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
   if (throttle__lock(h) != 0)
     return; /* counters are best effort; the wait itself succeeded */
   struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
@@ -136,7 +150,6 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  uint64_t hash = throttle__hash(h->seed, key, len);
   uint64_t start = 0, deadline = UINT64_MAX, jitter = 0;
   int slept = 0;
   for (;;) {
@@ -145,12 +158,8 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
     /* The epoch is read before the not-before: a clear that lands between
      * the two changes the epoch, and the futex wait then returns at once. */
     uint32_t epoch = 0;
-    if ((rc = read_nb(h, key, len, hash, &nb, &r)) != 0)
+    if ((rc = read_nb(h, key, len, &nb, &r, &epoch)) != 0)
       return rc;
-    if (r != NULL) {
-      epoch = atomic_load_explicit(&r->epoch, memory_order_acquire);
-      nb = atomic_load_explicit(&r->not_before, memory_order_acquire);
-    }
     if (nb == 0)
       break;
     uint64_t now = throttle__now_ns();
@@ -166,7 +175,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       nb = now + h->max_delay_ns;
     if (nb > deadline) {
       if (slept)
-        count_wait(h, key, len, hash, now - start);
+        count_wait(h, key, len, now - start);
       return throttle__fail(h, THROTTLE_ETIMEDOUT,
                             "%s: opens in %llu ms, after the %llu ms timeout",
                             key, (unsigned long long)ms_left(h, nb, now),
@@ -182,7 +191,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       throttle__futex_wait(&r->epoch, epoch, target - now);
   }
   if (slept)
-    count_wait(h, key, len, hash, throttle__now_ns() - start);
+    count_wait(h, key, len, throttle__now_ns() - start);
   throttle__clear_msg(h);
   return 0;
 }
@@ -201,11 +210,14 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   if (r != NULL) {
     throttle__open_locked(r);
     r->last_use_ns = throttle__now_ns();
+    /* Woken under the mutex: throttle__wake_rec reads the record's slots,
+     * which another thread may rewrite (evict, reuse) once it is released.
+     * A wake does not sleep; with no sleepers it is one system call. */
+    throttle__wake_rec(r);
   }
   throttle__unlock(h);
   if (r == NULL)
     return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
-  throttle__wake_rec(r);
   throttle__clear_msg(h);
   return 0;
 }
@@ -220,14 +232,14 @@ THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
     struct throttle__rec *r = &h->recs[i];
     if (r->state == THROTTLE__REC_USED &&
         (atomic_load_explicit(&r->not_before, memory_order_relaxed) != 0 ||
-         (r->flags & THROTTLE__REC_EPISODE)))
+         (r->flags & THROTTLE__REC_EPISODE))) {
       throttle__open_locked(r);
+      /* Under the mutex, as in throttle_clear(); only the keys that
+       * changed have anything new for their waiters. */
+      throttle__wake_rec(r);
+    }
   }
   throttle__unlock(h);
-  /* Wake outside the lock; a spurious wake on a free record is harmless. */
-  for (uint32_t i = 0; i < h->capacity; i++)
-    if (h->recs[i].state == THROTTLE__REC_USED)
-      throttle__wake_rec(&h->recs[i]);
   throttle__clear_msg(h);
   return 0;
 }

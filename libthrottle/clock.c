@@ -62,7 +62,7 @@ void throttle__futex_wake(_Atomic uint32_t *word) {
 
 /* xorshift64*, seeded per thread from getrandom (or time and pid). */
 uint64_t throttle__random(void) {
-  static __thread uint64_t s;
+  static THROTTLE__TLS uint64_t s;
   if (s == 0) {
     if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s)
       s = throttle__mono_ns() ^ ((uint64_t)getpid() << 32);

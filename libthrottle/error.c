@@ -11,8 +11,8 @@
 /* The message belongs to the calling thread and names the handle it was
  * about, so threads sharing a handle never read each other's half-written
  * text. */
-static __thread const throttle_t *msg_owner;
-static __thread char msg_buf[512];
+static THROTTLE__TLS const throttle_t *msg_owner;
+static THROTTLE__TLS char msg_buf[512];
 
 THROTTLE_EXTERN const char *throttle_strerror(int err) {
   switch (err) {

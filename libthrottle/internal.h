@@ -188,6 +188,12 @@ struct throttle_info {
   } holder[THROTTLE__SLOTS];
 };
 
+/* Thread-local state of the library.  Initial-exec: a plain %fs-relative
+ * access instead of a __tls_get_addr call per use on the hot path (the
+ * library is linked at start-up or dlopen'ed with glibc's static TLS
+ * surplus, which these few hundred bytes fit). */
+#define THROTTLE__TLS __thread __attribute__((tls_model("initial-exec")))
+
 /* error.c */
 int throttle__fail(const throttle_t *h, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -219,7 +225,7 @@ int throttle__check_key(const throttle_t *h, const char *key, size_t *len);
 uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
 /* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable. */
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                          uint64_t hash, uint32_t *idx, uint32_t *seq);
+                          uint32_t *idx, uint32_t *seq);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash);

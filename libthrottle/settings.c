@@ -28,12 +28,13 @@ static int with_key(throttle_t *h, const char *key, bool create,
   if (rc == 0) {
     fn(r, arg);
     r->last_use_ns = now;
+    /* Wake under the lock: once it is released the record may be evicted
+     * and its slots rewritten. */
+    throttle__wake_rec(r);
   }
   throttle__unlock(h);
-  if (rc == 0) {
-    throttle__wake_rec(r);
+  if (rc == 0)
     throttle__clear_msg(h);
-  }
   return rc;
 }
 

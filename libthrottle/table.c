@@ -57,7 +57,8 @@ uint64_t throttle__hash(uint64_t seed, const char *key, size_t len) {
     h ^= h >> 29;
   }
   uint64_t w = 0;
-  memcpy(&w, key + i, len - i);
+  for (size_t k = len; k > i; k--) /* the tail, without a memcpy call */
+    w = (w << 8) | (unsigned char)key[k - 1];
   return mix(h ^ w);
 }
 
@@ -65,36 +66,92 @@ static uint64_t bucket_word(uint64_t hash, uint32_t idx) {
   return (hash << 32) | ((uint64_t)idx + 1);
 }
 
-static int key_matches(const struct throttle__rec *r, const char *key,
-                       size_t len) {
-  return r->key_len == len && memcmp(r->key, key, len) == 0;
+/* Also called by the lock-free lookup, on a record that may be changing
+ * under it (the sequence check then discards the answer): hence byte by
+ * byte, with no memcmp call for a thread sanitizer to intercept and flag,
+ * and no instrumentation of these intended races. */
+__attribute__((no_sanitize("thread"))) static int
+key_matches(const struct throttle__rec *r, const char *key, size_t len) {
+  if (r->key_len != len)
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    if (r->key[i] != key[i])
+      return 0;
+  return 1;
+}
+
+/* Zero a record except its futex word, which must keep moving for sleepers.
+ * The not-before is cleared with an atomic store: lock-free readers load it
+ * while the sequence is odd (and then discard what they read), and a plain
+ * store there would be a data race. */
+static void wipe_rec(struct throttle__rec *r) {
+  _Static_assert(offsetof(struct throttle__rec, not_before) <
+                         offsetof(struct throttle__rec, state) &&
+                     offsetof(struct throttle__rec, epoch) <
+                         offsetof(struct throttle__rec, state),
+                 "the atomic words come first");
+  atomic_store_explicit(&r->not_before, 0, memory_order_relaxed);
+  memset((char *)r + offsetof(struct throttle__rec, state), 0,
+         sizeof *r - offsetof(struct throttle__rec, state));
+}
+
+/* A per-thread guess of where a key lives, indexed by the address of the
+ * caller's key string: loaders ask about the same few keys again and again,
+ * usually from the same buffer.  A guess is only a hint: it is used after
+ * checking, under an unchanged even sequence, that the record it names holds
+ * this very key, so a stale or wrong guess costs one miss, never a wrong
+ * answer.  It saves the hash and the probe walk on the hot path. */
+#define GUESSES 32 /* 32 x 24 bytes of TLS per thread */
+static THROTTLE__TLS struct {
+  const throttle_t *h;
+  const char *key;
+  uint32_t idx;
+} guess[GUESSES];
+
+static unsigned guess_slot(const char *key, size_t len) {
+  uint64_t x = ((uint64_t)(uintptr_t)key ^ len) * UINT64_C(0x9e3779b97f4a7c15);
+  return (unsigned)(x >> 59); /* top 5 bits: 0..31 */
 }
 
 /* The records may change under us; the sequence check tells. The race is
  * intended (a seqlock), hence no thread-sanitizer instrumentation here. */
 __attribute__((no_sanitize("thread"))) int
 throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                      uint64_t hash, uint32_t *idx, uint32_t *seq) {
+                      uint32_t *idx, uint32_t *seq) {
   uint32_t s = atomic_load_explicit(&h->hdr->tseq, memory_order_acquire);
   if (s & 1)
     return -1;
-  uint32_t tag = (uint32_t)hash;
-  uint32_t pos = (uint32_t)(hash >> 32) & h->bucket_mask;
   int found = 0;
-  for (uint32_t i = 0; i < THROTTLE__MAX_PROBE; i++) {
-    uint64_t b = atomic_load_explicit(&h->buckets[(pos + i) & h->bucket_mask],
-                                      memory_order_acquire);
-    if (b == 0)
-      break;
-    if (b == THROTTLE__TOMB || (uint32_t)(b >> 32) != tag)
-      continue;
-    uint32_t ri = (uint32_t)b - 1;
-    if (ri >= h->capacity)
-      continue;
-    if (key_matches(&h->recs[ri], key, len)) {
-      *idx = ri;
+  unsigned g = guess_slot(key, len);
+  if (guess[g].h == h && guess[g].key == key && guess[g].idx < h->capacity) {
+    const struct throttle__rec *r = &h->recs[guess[g].idx];
+    if (r->state == THROTTLE__REC_USED && key_matches(r, key, len)) {
+      *idx = guess[g].idx;
       found = 1;
-      break;
+    }
+  }
+  if (!found) {
+    uint64_t hash = throttle__hash(h->seed, key, len);
+    uint32_t tag = (uint32_t)hash;
+    uint32_t pos = (uint32_t)(hash >> 32) & h->bucket_mask;
+    for (uint32_t i = 0; i < THROTTLE__MAX_PROBE; i++) {
+      uint64_t b = atomic_load_explicit(
+          &h->buckets[(pos + i) & h->bucket_mask], memory_order_acquire);
+      if (b == 0)
+        break;
+      if (b == THROTTLE__TOMB || (uint32_t)(b >> 32) != tag)
+        continue;
+      uint32_t ri = (uint32_t)b - 1;
+      if (ri >= h->capacity)
+        continue;
+      if (key_matches(&h->recs[ri], key, len)) {
+        *idx = ri;
+        found = 1;
+        guess[g].h = h;
+        guess[g].key = key;
+        guess[g].idx = ri;
+        break;
+      }
     }
   }
   *seq = s;
@@ -180,14 +237,27 @@ static void rebuild_locked(throttle_t *h) {
       r->key[r->key_len] = 0;
       uint64_t hash = throttle__hash(h->seed, r->key, r->key_len);
       r->hash = (uint32_t)hash;
-      if (find_bucket_locked(h, r->key, r->key_len, hash) >= 0 ||
-          place_bucket(h, hash, i) != 0)
+      int32_t dup = find_bucket_locked(h, r->key, r->key_len, hash);
+      if (dup >= 0) {
+        /* The same key twice (a writer died mid-insert, or a bad writer):
+         * keep one, with the later not-before of the two (never early). */
+        struct throttle__rec *keep =
+            &h->recs[(uint32_t)atomic_load_explicit(&h->buckets[dup],
+                                                    memory_order_relaxed) -
+                     1];
+        uint64_t nb =
+            atomic_load_explicit(&r->not_before, memory_order_relaxed);
+        if (nb > atomic_load_explicit(&keep->not_before, memory_order_relaxed))
+          atomic_store_explicit(&keep->not_before, nb, memory_order_relaxed);
         ok = 0;
+      } else if (place_bucket(h, hash, i) != 0) {
+        ok = 0;
+      }
     }
     if (ok) {
       h->hdr->used++;
     } else {
-      memset(r, 0, sizeof *r);
+      wipe_rec(r);
       r->next_free = h->hdr->free_head;
       h->hdr->free_head = i + 1;
     }
@@ -264,10 +334,9 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
                           memory_order_release);
     h->hdr->tombstones++;
   }
-  uint32_t epoch = atomic_load_explicit(&r->epoch, memory_order_relaxed);
-  memset(r, 0, sizeof *r);
+  wipe_rec(r);
   /* Keep the futex word moving so a sleeper on the old key re-checks. */
-  atomic_store_explicit(&r->epoch, epoch + 1, memory_order_release);
+  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_release);
   r->next_free = h->hdr->free_head;
   h->hdr->free_head = victim + 1;
   if (h->hdr->used > 0)
@@ -306,9 +375,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   uint32_t idx = fi - 1;
   r = &h->recs[idx];
   h->hdr->free_head = r->next_free <= h->capacity ? r->next_free : 0;
-  uint32_t epoch = atomic_load_explicit(&r->epoch, memory_order_relaxed);
-  memset(r, 0, sizeof *r);
-  atomic_store_explicit(&r->epoch, epoch, memory_order_relaxed);
+  wipe_rec(r);
   memcpy(r->key, key, len);
   r->key_len = (uint16_t)len;
   r->hash = (uint32_t)hash;
@@ -317,7 +384,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   if (place_bucket(h, hash, idx) != 0) {
     rebuild_locked(h); /* sweeps tombstones, places r too */
     if (find_bucket_locked(h, key, len, hash) < 0) {
-      memset(r, 0, sizeof *r);
+      wipe_rec(r);
       r->next_free = h->hdr->free_head;
       h->hdr->free_head = idx + 1;
       rc = throttle__fail(h, THROTTLE_EFULL,

@@ -116,8 +116,14 @@ pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg) {
   fflush(stderr);
   pid_t pid = fork();
   assert_true(pid >= 0);
-  if (pid == 0)
+  if (pid == 0) {
+    /* The runner's crash handlers would longjmp back into its loop and run
+     * the rest of the suite in the child: a crash must end the child. */
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+      signal(sigs[i], SIG_DFL);
     _exit(fn(arg) & 0xff); /* never back into the runner */
+  }
   fx->kids[fx->nkids++] = pid;
   return pid;
 }

@@ -105,7 +105,7 @@ void th_shm_path(const char *name, char *buf, size_t len);
 void *th_map(const char *name, size_t *size);
 void th_unmap(void *base, size_t size);
 
-/* Set an shm object's size (bytes), mode and owner by name. */
+/* Set an shm object's size (bytes) or mode, by name. */
 void th_truncate(const char *name, uint64_t size);
 void th_chmod(const char *name, unsigned mode);
 

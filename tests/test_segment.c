@@ -432,7 +432,7 @@ static void test_segment_garbage_table_no_crash(void **state) {
     throttle_t *h = NULL;
     assert_int_equal(throttle_open(fx->cfg, &h), 0);
     assert_int_equal(throttle_is_shared(h), 1);
-    char key[16];
+    char key[32];
     for (int i = 0; i < 12; i++) {
       snprintf(key, sizeof key, "g%d", i);
       int rc = throttle_backoff(h, key, 50);

@@ -66,7 +66,7 @@ static void touch(throttle_t *h, const char *key) {
 
 static void test_table_capacity_keys_fit(void **state) {
   throttle_t *h = open_cap(fx_of(state), 8);
-  char key[16];
+  char key[32];
   for (int i = 0; i < 8; i++) {
     snprintf(key, sizeof key, "key-%d", i);
     assert_int_equal(throttle_backoff(h, key, TH_LONG_MS), 0);
@@ -85,7 +85,7 @@ static void test_table_capacity_keys_fit(void **state) {
 
 static void test_table_evicts_least_recently_used_idle_key(void **state) {
   throttle_t *h = open_cap(fx_of(state), 8);
-  char key[16];
+  char key[32];
   for (int i = 0; i < 8; i++) {
     snprintf(key, sizeof key, "k%d", i);
     touch(h, key);
@@ -126,7 +126,7 @@ static void test_table_evicts_least_recently_used_idle_key(void **state) {
 
 static void test_table_pending_keys_never_evicted(void **state) {
   throttle_t *h = open_cap(fx_of(state), 8);
-  char key[16];
+  char key[32];
   /* the oldest keys are pending, the newest idle: the idle ones go */
   for (int i = 0; i < 4; i++) {
     snprintf(key, sizeof key, "pending%d", i);
@@ -150,7 +150,7 @@ static void test_table_pending_keys_never_evicted(void **state) {
 
 static void test_table_full_of_pending_keys_is_efull(void **state) {
   throttle_t *h = open_cap(fx_of(state), 8);
-  char key[16];
+  char key[32];
   for (int i = 0; i < 8; i++) {
     snprintf(key, sizeof key, "p%d", i);
     assert_int_equal(throttle_backoff(h, key, TH_LONG_MS), 0);
@@ -318,7 +318,7 @@ static void test_table_foreach_sorted_and_stops_early(void **state) {
     order[i] = order[j];
     order[j] = t;
   }
-  char key[16];
+  char key[32];
   for (int i = 0; i < 100; i++) {
     snprintf(key, sizeof key, "t%03d", order[i]);
     assert_int_equal(throttle_backoff(h, key, TH_LONG_MS), 0);
@@ -361,12 +361,12 @@ static uint32_t home_of(throttle_t *h, const char *key) {
 
 /* Keys chosen (for this segment's seed) to share one home bucket, the last
  * one, so the probe chain also wraps around the end of the index. */
-static void colliding_keys(throttle_t *h, char keys[][16], int n) {
+static void colliding_keys(throttle_t *h, char keys[][32], int n) {
   uint32_t want = h->bucket_mask;
   int got = 0;
   for (unsigned i = 0; got < n; i++) {
     assert_true(i < 1000000);
-    snprintf(keys[got], 16, "c%u", i);
+    snprintf(keys[got], 32, "c%u", i);
     if (home_of(h, keys[got]) == want)
       got++;
   }
@@ -374,7 +374,7 @@ static void colliding_keys(throttle_t *h, char keys[][16], int n) {
 
 static void test_table_colliding_keys_all_found(void **state) {
   throttle_t *h = open_cap(fx_of(state), 8); /* 16 buckets */
-  char keys[12][16];
+  char keys[12][32];
   colliding_keys(h, keys, 12);
   for (int i = 0; i < 8; i++)
     assert_int_equal(throttle_backoff(h, keys[i], TH_LONG_MS), 0);
@@ -446,7 +446,7 @@ static void test_table_repair_rebuilds_index(void **state) {
   struct th_fx *fx = fx_of(state);
   assert_int_equal(throttle_config_set_max_delay(fx->cfg, 5000), 0);
   throttle_t *h = open_cap(fx, 16);
-  char key[16];
+  char key[32];
   for (int i = 0; i < 10; i++) {
     snprintf(key, sizeof key, "r%d", i);
     assert_int_equal(throttle_backoff(h, key, 3000), 0);
