@@ -32,7 +32,7 @@ CORE_HDR := include/throttle.h libthrottle/internal.h
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.
 HTTP_SRC := $(sort $(wildcard libthrottle/http*.c))
-HTTP_HDR := include/throttle_curl.h
+HTTP_HDR := include/throttle_curl.h libthrottle/http_internal.h
 LDLIBS_HTTP := -lcurl -ljansson
 
 CORE_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/obj/%.o)
@@ -42,7 +42,7 @@ TEST_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/tobj/%.o) $(HTTP_SRC:libthrottle/%.c
 TESTS    := $(sort $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c)))
 TEST_HELPERS := $(wildcard tests/helpers.c)
 
-.PHONY: all check deps asan tsan valgrind bench install clean tidy cppcheck
+.PHONY: all check deps asan tsan valgrind bench install clean tidy cppcheck torture demo tests-build
 
 all: $(B)/libthrottle.a $(B)/libthrottle.so.$(MAJOR) $(B)/throttlectl \
      $(if $(HTTP_SRC),$(B)/libthrottle-curl.a $(B)/libthrottle-curl.so.$(MAJOR))
@@ -94,9 +94,10 @@ deps:
 	@sh tools/deps.sh
 
 RUN ?=
+TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 check: deps
 	@$(MAKE) --no-print-directory B=$(B) tests-build
-	@B=$(B) RUN="$(RUN)" sh tests/run.sh $(TESTS)
+	@B=$(B) RUN="$(RUN)" sh tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
 tests-build: all $(TESTS)
 
@@ -120,6 +121,15 @@ valgrind: deps
 	@$(MAKE) --no-print-directory B=$(B) tests-build
 	@B=$(B) RUN="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
 	  sh tests/run.sh $(TESTS)
+
+# kill -9 torture: TORTURE_KILLS=N for a larger run.
+TORTURE_KILLS ?= 2000
+$(B)/tests/torture: tests/torture.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a | $(B)/tests
+	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests -o $@ $< $(TEST_HELPERS) \
+	  $(B)/libthrottle-testing.a -lcmocka $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
+
+torture: deps $(B)/tests/torture
+	$(B)/tests/torture --kills $(TORTURE_KILLS)
 
 # ---- benchmarks --------------------------------------------------------
 
@@ -155,3 +165,5 @@ install: all
 
 clean:
 	rm -rf build
+
+-include fuzz/fuzz.mk

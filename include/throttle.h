@@ -223,8 +223,10 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms);
 
-/* Non-blocking peek: *ms_left = milliseconds until key is open (0 = open
- * now; a key never seen is open).  Rounds up, so 0 means really open.
+/* Non-blocking peek at the back-off: *ms_left = milliseconds until key's
+ * not-before passes (0 = passed; a key never seen is open).  Rounds up, so
+ * 0 means really passed.  Pause, probe and cap are not counted: see
+ * throttle_try_enter() for "may I send now".
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
                                        uint64_t *ms_left);
@@ -233,6 +235,12 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
  * past the not-before by a small random jitter (up to 25 ms) so that
  * sleepers do not wake in the same instant.  Holds no lock while asleep.
  * A back-off extended meanwhile makes it sleep on; a clear wakes it at once.
+ * It also waits while the key is paused, and while the probe of a lock
+ * episode admitted by throttle_enter() is out (until its answer).
+ *
+ * throttle_wait() does not itself probe: callers that only wait and publish
+ * all go when the not-before passes.  For one probe per lock episode (I3),
+ * and for caps, use throttle_enter()/throttle_leave().
  *
  * timeout_ms: UINT64_MAX waits as long as it takes; otherwise, when the key
  * would open after the deadline, it returns THROTTLE_ETIMEDOUT at once
@@ -282,10 +290,13 @@ typedef struct throttle_ticket throttle_ticket_t;
  * Holds nothing while it waits.  On success *ticket is the admission; pass
  * it to throttle_leave() exactly once.
  *
- * timeout_ms: THROTTLE_FOREVER, or a bound on the whole wait.
+ * timeout_ms: THROTTLE_FOREVER, or a bound on the whole wait; when the
+ * not-before lies beyond it, THROTTLE_ETIMEDOUT comes at once.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
  * THROTTLE_ECANCELED (throttle_cancel() on the key), THROTTLE_ENOMEM,
- * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT. */
+ * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT.  On THROTTLE_EFULL,
+ * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
+ * not the key: fail open (send anyway, honouring Retry-After yourself). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
                                    throttle_class_t cls, uint64_t timeout_ms,
                                    throttle_ticket_t **ticket);

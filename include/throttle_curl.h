@@ -52,8 +52,10 @@
  *   - Requests are re-sent.  A transfer that fails before any status
  *     arrives (connection refused, reset, timeout) is sent again, and the
  *     server may already have acted on the first one.  Give non-idempotent
- *     requests an idempotency key.  A transfer that fails after a 2xx
- *     status arrived is never re-sent.
+ *     requests an idempotency key.  A transfer that fails after its
+ *     status arrived is re-sent only when the status alone is transient
+ *     (429, 503, 408, 425, 5xx): never after a 2xx (the server did the
+ *     work), nor after a 409 whose body was cut short.
  *   - The deadline bounds waiting and the decision to retry; a transfer that
  *     has started runs until the application's own CURLOPT_TIMEOUT(_MS).
  *   - Local back-off sleeps (transport errors, 408/5xx) are not interrupted
@@ -61,9 +63,6 @@
  *   - A body is read for its code only within its first 64 KiB: a lock
  *     answer whose JSON document does not end within them reads as a 409
  *     without a code, i.e. permanent.  Real error bodies are far smaller.
- *   - Do not set CURLOPT_FAILONERROR on a handle given to
- *     throttle_curl_perform(): libcurl then drops the body, and a 409
- *     without its body cannot be told to be a lock (it is permanent).
  */
 #ifndef THROTTLE_CURL_H
 #define THROTTLE_CURL_H
@@ -89,8 +88,9 @@ extern "C" {
  * of milliseconds to wait from now.
  *
  * value: the field value.  Leading and trailing spaces and tabs are
- *   ignored (an HTTP parser strips that whitespace from a field value, and
- *   libcurl hands values over untrimmed).  Then it must be exactly one of:
+ *   ignored: they are the optional whitespace around a field value that
+ *   RFC 9110 §5.5 has parsers strip, and a caller may pass a value as it
+ *   came off the wire.  Then it must be exactly one of:
  *   - delta-seconds: 1*DIGIT.  Leading zeros are allowed.  Values too large
  *     for uint64_t milliseconds saturate at UINT64_MAX (any number of
  *     digits is read, in one pass, without allocating).
@@ -291,8 +291,11 @@ typedef struct throttle_curl_result throttle_curl_result_t;
  *
  * easy: a configured handle (URL, method, body, headers, timeouts).  This
  *   call sets CURLOPT_WRITEFUNCTION and CURLOPT_WRITEDATA while it runs
- *   and on return leaves them set to the policy's sink.  Everything else
- *   is untouched.  Not usable by another thread meanwhile.
+ *   and on return leaves them set to the policy's sink; it turns
+ *   CURLOPT_FAILONERROR off (with it libcurl drops the body of a 409, and
+ *   a 409 without its body cannot be told to be a lock; an error answer's
+ *   fate is in the result anyway).  Everything else is untouched.  Not
+ *   usable by another thread meanwhile.
  * key: the throttle key, e.g. "hotdata:ws1/orders".
  * policy: NULL for the defaults.
  * result: out; always set on return except on THROTTLE_EINVAL and

@@ -142,6 +142,31 @@ static void count_wait(throttle_t *h, const char *key, size_t len,
   throttle__unlock(h);
 }
 
+/* Held by the gate although the time has come: the key is paused, or the
+ * probe of a lock episode is out (enter/leave users; see gate.c).  Sleep
+ * for its answer like an admission would, re-checking for a dead probe. */
+static int wait_gate(throttle_t *h, const char *key, size_t len,
+                     struct throttle__rec *r, uint32_t epoch, uint64_t now,
+                     uint64_t deadline) {
+  if (now >= deadline)
+    return throttle__fail(h, THROTTLE_ETIMEDOUT,
+                          "%s: %s past the timeout", key,
+                          throttle__gate_held(r) == 1 ? "paused"
+                                                      : "probe still out");
+  if (throttle__lock(h) == 0) {
+    struct throttle__rec *lr =
+        throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+    if (lr != NULL)
+      throttle__reap_locked(lr, now);
+    throttle__unlock(h);
+  }
+  uint64_t until = now + THROTTLE__POLL_NS;
+  if (until > deadline)
+    until = deadline;
+  throttle__futex_wait(&r->epoch, epoch, until - now);
+  return 0;
+}
+
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms) {
   size_t len;
@@ -160,11 +185,14 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
     uint32_t epoch = 0;
     if ((rc = read_nb(h, key, len, &nb, &r, &epoch)) != 0)
       return rc;
-    if (nb == 0)
-      break;
+    if (r == NULL)
+      break; /* never seen: open */
+    int held = throttle__gate_held(r);
+    if (nb == 0 && !held)
+      break; /* open (or cleared): no clock needed */
     uint64_t now = throttle__now_ns();
     if (!slept) {
-      if (nb <= now)
+      if (nb <= now && !held)
         break;
       start = now;
       if (timeout_ms != THROTTLE_FOREVER)
@@ -181,14 +209,22 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                             key, (unsigned long long)ms_left(h, nb, now),
                             (unsigned long long)timeout_ms);
     }
-    uint64_t target = throttle__sat_add(nb, jitter);
+    /* Cleared (0) opens at once; a passing not-before opens after the
+     * jitter. */
+    uint64_t target = nb == 0 ? 0 : throttle__sat_add(nb, jitter);
     if (target > deadline)
       target = deadline;
-    if (now >= target)
-      break;
     slept = 1;
-    if (r != NULL)
+    if (now < target) {
       throttle__futex_wait(&r->epoch, epoch, target - now);
+      continue;
+    }
+    if (!held)
+      break;
+    if ((rc = wait_gate(h, key, len, r, epoch, now, deadline)) != 0) {
+      count_wait(h, key, len, now - start);
+      return rc;
+    }
   }
   if (slept)
     count_wait(h, key, len, throttle__now_ns() - start);

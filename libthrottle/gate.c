@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #define REAP_NS (50 * THROTTLE__NS_PER_MS)
-#define POLL_NS (250 * THROTTLE__NS_PER_MS) /* re-check bound for sleepers */
+#define POLL_NS THROTTLE__POLL_NS
 #define DEFAULT_LOCK_DELAY_MS 5000u
 #define MAX_AUTO_FAILS 10u
 
@@ -173,6 +173,7 @@ void throttle__open_locked(struct throttle__rec *r) {
 }
 
 void throttle__wake_rec(struct throttle__rec *r) {
+  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
   throttle__futex_wake(&r->epoch);
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state != THROTTLE__SLOT_FREE)
@@ -261,6 +262,24 @@ static void rate_take(struct throttle__rec *r, uint64_t now) {
 /* Reclaim slots of dead holders and waiters, and of holders past their
  * lease.  Reading /proc costs microseconds, so it runs at most every
  * REAP_NS per key, and only when somebody is waiting for the gate. */
+static void reap_locked(struct throttle__rec *r, uint64_t now, bool force);
+
+void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
+  reap_locked(r, now, false);
+}
+
+/* Lock-free: 1 paused, 2 probe out, 0 neither.  A torn read only makes a
+ * waiter look again (it re-checks after every wake). */
+int throttle__gate_held(const struct throttle__rec *r) {
+  uint16_t flags = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+  if (flags & THROTTLE__REC_PAUSED)
+    return 1;
+  if ((flags & THROTTLE__REC_EPISODE) &&
+      __atomic_load_n(&r->probe_ticket, __ATOMIC_ACQUIRE) != 0)
+    return 2;
+  return 0;
+}
+
 static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
     return;
@@ -277,8 +296,10 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {
       sat_inc(&r->reclaims);
-      if (s->ticket == r->probe_ticket)
+      if (s->ticket == r->probe_ticket) {
         r->probe_ticket = 0; /* the next waiter probes */
+        atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+      }
     }
     free_slot(s);
   }
@@ -513,9 +534,10 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       throttle__clear_msg(h);
       return 0;
     }
-    /* Not admitted (yet). */
+    /* Not admitted (yet).  A not-before beyond the deadline cannot be
+     * waited out: say so now rather than sleep to the deadline. */
     uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
-    if (nowait || now >= deadline) {
+    if (nowait || now >= deadline || (nb > now && nb > deadline)) {
       if (s != NULL)
         free_slot(s);
       registered = false;
@@ -608,8 +630,12 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
       others--;
     if (s != NULL)
       free_slot(s);
-    if (probe)
+    if (probe) {
       r->probe_ticket = 0;
+      /* throttle_wait() callers sleep on the epoch for the probe's answer */
+      atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+      throttle__futex_wake(&r->epoch);
+    }
     if (outcome == THROTTLE_OUTCOME_OK && probe)
       r->flags &= (uint16_t)~THROTTLE__REC_EPISODE; /* the lock is free */
     if (outcome == THROTTLE_OUTCOME_LOCKED)

@@ -245,7 +245,9 @@ static int read_error(const char *body, size_t len, json_t **doc,
     i++;
   if (i == len || body[i] != '{')
     return 0;
+  /* jansson leaves jerr unset on some allocation failures. */
   json_error_t jerr;
+  memset(&jerr, 0, sizeof jerr);
   json_t *root = json_loadb(body, len, 0, &jerr);
   if (root == NULL)
     return json_error_code(&jerr) == json_error_out_of_memory

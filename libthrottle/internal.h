@@ -35,6 +35,7 @@
 #define THROTTLE__DEFAULT_LOCK_TIMEOUT_MS 2000u
 #define THROTTLE__JITTER_MAX_NS UINT64_C(25000000)
 #define THROTTLE__NS_PER_MS UINT64_C(1000000)
+#define THROTTLE__POLL_NS (250 * THROTTLE__NS_PER_MS) /* sleepers re-check */
 
 enum { THROTTLE__REC_FREE = 0, THROTTLE__REC_USED = 0x55534544u /* "USED" */ };
 
@@ -247,6 +248,8 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
 void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
+int throttle__gate_held(const struct throttle__rec *r);
+void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
 
 #ifdef THROTTLE_TESTING
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)

@@ -566,6 +566,47 @@ static void test_gate_leave_publishes(void **state) {
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
 }
 
+/* throttle_wait() callers honour the gate too: they wait for the probe's
+ * answer, and for a paused key. */
+static int probe_then_ok(void *arg) {
+  struct worker *w = arg;
+  throttle_t *h = child_open(w->fx);
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t;
+  TH_CHILD_CHECK(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, HANG_MS, &t) ==
+                 0);
+  TH_CHILD_CHECK(throttle_ticket_is_probe(t));
+  atomic_store(&w->o->seq, 1);
+  th_sleep_ms(400);
+  atomic_store(&w->o->seq, 2);
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_gate_wait_honours_probe_and_pause(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_backoff(h, KEY, 50), 0);
+  struct worker pw = {fx, o, 0, 0, 0, THROTTLE_CLASS_LIVE, 0, 0};
+  pid_t prober = th_spawn(fx, probe_then_ok, &pw);
+  uint64_t t0 = th_mono_ms();
+  while (atomic_load(&o->seq) == 0 && th_mono_ms() - t0 < HANG_MS)
+    th_sleep_ms(2);
+  /* The not-before has passed, but the probe is out. */
+  assert_int_equal(th_remaining(h, KEY), 0);
+  assert_int_equal(throttle_wait(h, KEY, 50), THROTTLE_ETIMEDOUT);
+  assert_int_equal(throttle_wait(h, KEY, HANG_MS), 0);
+  assert_int_equal(atomic_load(&o->seq), 2); /* returned after its answer */
+  th_reap_ok(fx, prober, HANG_MS);
+  assert_int_equal(throttle_wait(h, KEY, 0), 0); /* open again at once */
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  assert_int_equal(throttle_wait(h, KEY, 100), THROTTLE_ETIMEDOUT);
+  assert_int_equal(throttle_resume(h, KEY), 0);
+  assert_int_equal(throttle_wait(h, KEY, 0), 0);
+}
+
 static void test_gate_bad_input(void **state) {
   struct th_fx *fx = *state;
   throttle_t *h = th_open(fx);
@@ -608,6 +649,7 @@ int main(void) {
       T(test_gate_cancel_wakes_all),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
+      T(test_gate_wait_honours_probe_and_pause),
       T(test_gate_bad_input),
 #undef T
   };

@@ -7,7 +7,12 @@
  * JSON output is checked with python3's json module when python3 is there
  * (the test is skipped, not failed, without it).  The only timing checks are
  * lower bounds, or upper bounds far above what is asked (a 0.2 s timeout
- * against a 5 s back-off).
+ * against a 5 s back-off).  Where a test needs another process to have
+ * reached some state (a waiter queued, a slot held), it polls `show --json`
+ * for that state rather than sleeping.
+ *
+ * `run` tests drive small sh scripts; each test also has a scratch
+ * directory for their files.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -29,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ARGS 32
+#define MAX_ARGS 40
 /* Ends the argument lists of ctl() and ctl_spawn(). */
 #define END ((const char *)NULL)
 
@@ -227,11 +233,14 @@ static void dump(const struct result *r) {
     assert_int_equal(got_, (want));                                            \
   } while (0)
 
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
 /* ---- fixtures --------------------------------------------------------- */
 
 struct seg {
   char name[64];  /* "/thr-ctl-test-<pid>-<n>" */
   char path[128]; /* "/dev/shm/thr-ctl-test-..." */
+  char dir[64];   /* scratch directory, removed with its files */
 };
 
 static int setup(void **state) {
@@ -242,6 +251,11 @@ static int setup(void **state) {
   snprintf(s->name, sizeof s->name, "/thr-ctl-test-%ld-%d", (long)getpid(),
            ++n);
   snprintf(s->path, sizeof s->path, "/dev/shm%s", s->name);
+  snprintf(s->dir, sizeof s->dir, "/tmp/thr-ctl-test-XXXXXX");
+  if (mkdtemp(s->dir) == NULL) {
+    free(s);
+    return -1;
+  }
   shm_unlink(s->name);
   *state = s;
   return 0;
@@ -250,11 +264,120 @@ static int setup(void **state) {
 static int teardown(void **state) {
   struct seg *s = *state;
   shm_unlink(s->name);
+  DIR *d = opendir(s->dir);
+  if (d != NULL) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      char p[512];
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        continue;
+      snprintf(p, sizeof p, "%s/%s", s->dir, e->d_name);
+      unlink(p);
+    }
+    closedir(d);
+  }
+  rmdir(s->dir);
   free(s);
   return 0;
 }
 
-static bool exists(const char *path) { return access(path, F_OK) == 0; }
+/* dir/name into buf. */
+static const char *scratch(const struct seg *s, const char *name, char *buf,
+                           size_t len) {
+  snprintf(buf, len, "%s/%s", s->dir, name);
+  return buf;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* The file's first line as a number; -1 when it cannot be read. */
+static long long read_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  long long v = -1;
+  if (fscanf(f, "%lld", &v) != 1)
+    v = -1;
+  fclose(f);
+  return v;
+}
+
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  int n = 0, ch;
+  while ((ch = fgetc(f)) != EOF)
+    n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+/* Poll `show KEY --json` until field == want: another process reaching a
+ * state, without guessing how long it takes.  Fails after about 20 s. */
+static void wait_field(const struct seg *s, const char *key, const char *field,
+                       long long want) {
+  long long got = -1;
+  for (int i = 0; i < 1000; i++) {
+    struct result r;
+    if (ctl(&r, s->name, "show", key, "--json", END) == 0)
+      got = json_int(r.out, field);
+    result_free(&r);
+    if (got == want)
+      return;
+    sleep_ms(20);
+  }
+  fail_msg("%s of %s is %lld, never became %lld", field, key, got, want);
+}
+
+/* Poll until path exists (at most about 20 s). */
+static void wait_file(const char *path) {
+  for (int i = 0; i < 1000 && access(path, F_OK) != 0; i++)
+    sleep_ms(20);
+  assert_int_equal(access(path, F_OK), 0);
+}
+
+/* Expect status 64, a message, nothing on stdout, and no segment created:
+ * args is a NULL-terminated list after "--segment SEG". */
+static void expect_usage_error(const struct seg *s, const char *const *args) {
+  char *argv[MAX_ARGS];
+  int n = 0;
+  argv[n++] = ctl_path;
+  argv[n++] = "--segment";
+  argv[n++] = (char *)s->name;
+  for (int j = 0; args[j] != NULL; j++) {
+    assert_true(n < MAX_ARGS - 1);
+    argv[n++] = (char *)args[j];
+  }
+  argv[n] = NULL;
+  struct proc p;
+  struct result r;
+  spawn(argv, NULL, &p);
+  finish(&p, &r);
+  if (r.status != 64) {
+    print_message("case:");
+    for (int j = 0; args[j] != NULL; j++)
+      print_message(" '%s'", args[j]);
+    print_message("\n");
+  }
+  assert_status(&r, r.status, 64);
+  assert_true(strncmp(r.err, "throttlectl: ", 13) == 0);
+  assert_int_equal(r.outlen, 0);
+  result_free(&r);
+  /* A usage error never creates the segment. */
+  assert_false(exists(s->path));
+}
 
 /* ---- tests ------------------------------------------------------------ */
 
@@ -306,10 +429,15 @@ static void test_throttlectl_ls_table_lists_key(void **state) {
   assert_true(strncmp(r.out, want, strlen(want)) == 0);
   const char *head = r.out + strlen(want);
   assert_true(strncmp(head, "KEY ", 4) == 0);
-  const char *cols[] = {"LEFT", "PUBLISHES", "WAITS", "WAITED",
-                        "LAST", "PID",       "IDLE"};
-  for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-    assert_non_null(strstr(head, cols[i]));
+  /* KEY and LEFT first, the rest in this order. */
+  const char *cols[] = {"KEY",    "LEFT", "FLIGHT", "WAIT", "ADMIT",
+                        "LOCKED", "RECL", "LAST",   "STATE"};
+  const char *at = head;
+  for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+    const char *c = strstr(at, cols[i]);
+    assert_non_null(c);
+    at = c + strlen(cols[i]);
+  }
   const char *row = strchr(head, '\n');
   assert_non_null(row);
   row++;
@@ -361,7 +489,8 @@ static void test_throttlectl_ls_json_parses(void **state) {
       "k={x['key']:x for x in d['keys']}\n"
       "assert k['alpha']['remaining_ms']>0 and k['beta']['remaining_ms']==0\n"
       "assert all(isinstance(v,int) for x in d['keys'] for n,v in x.items()"
-      " if n!='key')\n";
+      " if n not in ('key','holders'))\n"
+      "assert all(x['holders']==[] for x in d['keys'])\n";
   assert_int_equal(python_json(r.out, check, s->name), 0);
   result_free(&r);
 }
@@ -474,7 +603,7 @@ static void test_throttlectl_usage_errors_exit_64(void **state) {
   char long_key[257];
   memset(long_key, 'k', 256);
   long_key[256] = 0;
-  const char *cases[][5] = {
+  const char *cases[][8] = {
       {NULL},
       {"bogus", NULL},
       {"backoff", "k", NULL},
@@ -491,32 +620,578 @@ static void test_throttlectl_usage_errors_exit_64(void **state) {
       {"wait", "k", "--timeout", NULL},
       {"wait", "k", "--timeout", "soon", NULL},
       {"rm", "extra", NULL},
+      {"pause", NULL},
+      {"resume", "k", "extra", NULL},
+      {"cancel", NULL},
+      {"run", "k", NULL},
+      {"run", "k", "--", NULL},
+      {"run", "--", "true", NULL}, /* "true" is the key: no CMD */
+      {"run", "k", "--class", "bulk", "--", "true", NULL},
+      {"run", "k", "--retries", "-1", "--", "true", NULL},
+      {"run", "k", "--retries", "x", "--", "true", NULL},
+      {"run", "k", "--timeout", "x", "--", "true", NULL},
+      {"run", "k", "--max-parallel", "0", "--", "true", NULL},
+      {"run", "k", "--json", "--", "true", NULL},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *argv[8];
-    int n = 0;
-    argv[n++] = ctl_path;
-    argv[n++] = "--segment";
-    argv[n++] = s->name;
-    for (int j = 0; cases[i][j] != NULL; j++)
-      argv[n++] = (char *)cases[i][j];
-    argv[n] = NULL;
-    struct proc p;
-    struct result r;
-    spawn(argv, NULL, &p);
-    finish(&p, &r);
-    if (r.status != 64)
-      print_message("case %zu (%s %s) \n", i, cases[i][0] ? cases[i][0] : "",
-                    cases[i][0] && cases[i][1] ? cases[i][1] : "");
-    assert_status(&r, r.status, 64);
-    assert_true(strncmp(r.err, "throttlectl: ", 13) == 0);
-    assert_int_equal(r.outlen, 0);
-    result_free(&r);
-    /* A usage error never creates the segment. */
-    assert_false(exists(s->path));
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    expect_usage_error(s, cases[i]);
   struct result r;
   assert_status(&r, ctl(&r, "bad/name", "ls", END), 64);
+  result_free(&r);
+}
+
+static void test_throttlectl_set_bad_values_exit_64(void **state) {
+  struct seg *s = *state;
+  const char *cases[][8] = {
+      {"set", "k", NULL}, /* nothing to set */
+      {"set", NULL},
+      {"set", "k", "--max-parallel", "0", NULL},
+      {"set", "k", "--max-parallel", "33", NULL},
+      {"set", "k", "--max-parallel", "abc", NULL},
+      {"set", "k", "--max-parallel", "-1", NULL},
+      {"set", "k", "--max-parallel", "", NULL},
+      {"set", "k", "--rate", "5", NULL},
+      {"set", "k", "--rate", "5/0", NULL},
+      {"set", "k", "--rate", "5/0ms", NULL},
+      {"set", "k", "--rate", "x/1s", NULL},
+      {"set", "k", "--rate", "0/1s", NULL},
+      {"set", "k", "--rate", "5/1d", NULL},
+      {"set", "k", "--rate", "5/8785h", NULL}, /* 366 days and an hour */
+      {"set", "k", "--rate", "2000000/1s", NULL},
+      {"set", "k", "--rate", "/1s", NULL},
+      {"set", "k", "--rate", "5/", NULL},
+      {"set", "k", "--rate", "5/1.5ms", NULL},
+      {"set", "k", "--backfill-share", "1.5", NULL},
+      {"set", "k", "--backfill-share", "-0.5", NULL},
+      {"set", "k", "--backfill-share", "half", NULL},
+      {"set", "k", "--backfill-share", "0.", NULL},
+      {"set", "k", "--backfill-share", "1e-1", NULL},
+      /* One bad value refuses the whole command. */
+      {"set", "k", "--max-parallel", "2", "--rate", "5", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    expect_usage_error(s, cases[i]);
+}
+
+/* ---- set, pause, resume, cancel ---------------------------------------- */
+
+static void test_throttlectl_set_max_parallel_fixed_then_auto(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel", "2", END),
+                0);
+  assert_int_equal(r.outlen, 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "cap"), 2);
+  assert_int_equal(json_int(r.out, "cap_auto"), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel=32", END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "cap"), 32);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel", "auto",
+                        END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "cap_auto"), 1);
+  result_free(&r);
+}
+
+static void test_throttlectl_set_rate_and_backfill_share(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--rate", "5/500ms", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "rate_n"), 5);
+  assert_int_equal(json_int(r.out, "rate_period_ms"), 500);
+  result_free(&r);
+
+  /* Every form of PERIOD, and several options in one call. */
+  struct {
+    const char *rate;
+    long long n, ms;
+  } forms[] = {{"120/1m", 120, 60000}, {"10/1", 10, 1000},
+               {"3/1h", 3, 3600000},   {"7/1.5s", 7, 1500},
+               {"1/120", 1, 120000},   {"off", 0, 0},
+               {"2/2s", 2, 2000},      {"0", 0, 0}};
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    assert_status(&r, ctl(&r, s->name, "set", "k", "--rate", forms[i].rate,
+                          "--backfill-share", "0.25", END),
+                  0);
+    result_free(&r);
+    assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+    if (json_int(r.out, "rate_n") != forms[i].n)
+      print_message("--rate %s\n", forms[i].rate);
+    assert_int_equal(json_int(r.out, "rate_n"), forms[i].n);
+    assert_int_equal(json_int(r.out, "rate_period_ms"), forms[i].ms);
+    assert_int_equal(json_int(r.out, "backfill_share_permille"), 250);
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--backfill-share", "1",
+                        END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "backfill_share_permille"), 1000);
+  result_free(&r);
+}
+
+static void test_throttlectl_ls_shows_flight_wait_and_state(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "set", "fixed", "--max-parallel", "2",
+                        "--rate", "120/1m", END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "pause", "fixed", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "backoff", "learned", "30", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "ls", END), 0);
+  /* FLIGHT in_flight/cap ("*": learned), WAIT live+backfill, ADMIT,
+   * LOCKED, RECL, LAST, then STATE. */
+  const char *row = strstr(r.out, "\nfixed ");
+  assert_non_null(row);
+  assert_non_null(strstr(row, " 0/2 "));
+  assert_non_null(strstr(row, " 0+0 "));
+  assert_non_null(strstr(row, "  paused,rate 120/1m\n"));
+  row = strstr(r.out, "\nlearned ");
+  assert_non_null(row);
+  assert_non_null(strstr(row, " 0/1* "));
+  assert_non_null(strstr(row, " 30.0s  episode\n"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "resume", "fixed", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "set", "fixed", "--rate", "off", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "ls", END), 0);
+  row = strstr(r.out, "\nfixed ");
+  assert_non_null(row);
+  assert_true(strncmp(strchr(row + 1, '\n') - 3, "  -\n", 4) == 0);
+  result_free(&r);
+}
+
+static void test_throttlectl_pause_holds_run_until_resume(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "pause", "k", END), 0);
+  assert_int_equal(r.outlen, 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--timeout", "0.3", "--",
+                        "true", END),
+                75);
+  assert_non_null(strstr(r.err, "not admitted within 300ms"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "paused"), 1);
+  assert_int_equal(json_int(r.out, "admitted"), 0);
+  assert_int_equal(json_int(r.out, "waiting_live"), 0); /* it left */
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "resume", "k", END), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "true", END), 0);
+  assert_int_equal(r.errlen, 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "paused"), 0);
+  assert_int_equal(json_int(r.out, "admitted"), 1);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+  /* resume of a key nobody has seen is an error. */
+  assert_status(&r, ctl(&r, s->name, "resume", "unknown", END), 1);
+  assert_non_null(strstr(r.err, "no such key"));
+  result_free(&r);
+}
+
+static void test_throttlectl_cancel_ends_waiting_run(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "pause", "k", END), 0);
+  result_free(&r);
+  struct proc waiter;
+  ctl_spawn(&waiter, s->name, "run", "k", "--timeout", "60", "--", "true",
+            END);
+  /* cancel ends the waiters there are; make sure this one is. */
+  wait_field(s, "k", "waiting_live", 1);
+  assert_status(&r, ctl(&r, s->name, "cancel", "k", END), 0);
+  assert_int_equal(r.outlen, 0);
+  result_free(&r);
+  finish(&waiter, &r);
+  assert_status(&r, r.status, 1); /* not 75: it did not time out */
+  assert_non_null(strstr(r.err, "canceled"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "canceled"), 1);
+  assert_int_equal(json_int(r.out, "waiting_live"), 0);
+  assert_int_equal(json_int(r.out, "admitted"), 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "cancel", "unknown", END), 1);
+  assert_non_null(strstr(r.err, "no such key"));
+  result_free(&r);
+}
+
+/* ---- run -------------------------------------------------------------- */
+
+static void test_throttlectl_run_passes_on_permanent_status(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char log[256], cmd[1024];
+  scratch(s, "log", log, sizeof log);
+  snprintf(cmd, sizeof cmd, "echo run >> '%s'; exit 3", log);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "sh", "-c", cmd, END),
+                3);
+  result_free(&r);
+  assert_int_equal(count_lines(log), 1); /* never retried */
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "permanent"), 1);
+  assert_int_equal(json_int(r.out, "locked"), 0);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+  /* Without "--": options end at CMD, whose own options stay its own. */
+  assert_status(&r, ctl(&r, s->name, "run", "k", "sh", "-c", "exit 0",
+                        "--retries", END),
+                0);
+  result_free(&r);
+  /* stdout is CMD's. */
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--class", "backfill", "--",
+                        "echo", "hello", END),
+                0);
+  assert_string_equal(r.out, "hello\n");
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "admitted"), 3);
+  assert_int_equal(json_int(r.out, "permanent"), 1);
+  result_free(&r);
+}
+
+static void test_throttlectl_run_retries_locked_then_gives_up(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char log[256], cmd[1024];
+  scratch(s, "log", log, sizeof log);
+  snprintf(cmd, sizeof cmd,
+           "echo run >> '%s'; echo 1 > \"$THROTTLE_RETRY_AFTER_FILE\"; "
+           "exit 75",
+           log);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--retries", "2", "--", "sh",
+                        "-c", cmd, END),
+                75);
+  /* Never early (I1): each retry waited out the 1 s published. */
+  assert_true(r.ns >= UINT64_C(2000000000));
+  assert_non_null(strstr(r.err, "still locked after 3 attempts"));
+  result_free(&r);
+  assert_int_equal(count_lines(log), 3);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "locked"), 3);
+  assert_int_equal(json_int(r.out, "last_delay_ms"), 1000);
+  assert_int_equal(json_int(r.out, "permanent"), 0);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+}
+
+static void test_throttlectl_run_succeeds_on_second_attempt(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char count[256], cmd[1024];
+  scratch(s, "count", count, sizeof count);
+  write_file(count, "0\n");
+  /* Locked the first time (0.2 s, written as a decimal), fine the second. */
+  snprintf(cmd, sizeof cmd,
+           "n=$(($(cat '%s') + 1)); echo $n > '%s'; "
+           "if [ $n -lt 2 ]; then "
+           "echo ' 0.2 ' > \"$THROTTLE_RETRY_AFTER_FILE\"; exit 75; fi; "
+           "exit 0",
+           count, count);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "sh", "-c", cmd, END),
+                0);
+  assert_non_null(strstr(r.err, "attempt 1 of 6"));
+  result_free(&r);
+  assert_int_equal(read_number(count), 2);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "locked"), 1);
+  assert_int_equal(json_int(r.out, "last_delay_ms"), 200);
+  assert_int_equal(json_int(r.out, "admitted"), 2);
+  assert_int_equal(json_int(r.out, "probes"), 1); /* the retry probed */
+  assert_int_equal(json_int(r.out, "lock_episode"), 0); /* and ended it */
+  result_free(&r);
+}
+
+static void test_throttlectl_run_default_retry_after(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  const char *writes[] = {"", "echo soon > \"$THROTTLE_RETRY_AFTER_FILE\";",
+                          "rm \"$THROTTLE_RETRY_AFTER_FILE\";"};
+  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "%s exit 75", writes[i]);
+    assert_status(&r, ctl(&r, s->name, "run", "k", "--retries", "0", "--",
+                          "sh", "-c", cmd, END),
+                  75);
+    result_free(&r);
+    assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+    assert_int_equal(json_int(r.out, "last_delay_ms"), 5000);
+    result_free(&r);
+    assert_status(&r, ctl(&r, s->name, "clear", "k", END), 0);
+    result_free(&r);
+  }
+}
+
+static void test_throttlectl_run_timeout_counts_across_retries(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char log[256], cmd[1024];
+  scratch(s, "log", log, sizeof log);
+  snprintf(cmd, sizeof cmd,
+           "echo run >> '%s'; echo 30 > \"$THROTTLE_RETRY_AFTER_FILE\"; "
+           "exit 75",
+           log);
+  /* The first attempt is admitted at once; the retry would have to wait
+   * 30 s, past what is left of the 0.3 s. */
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--timeout", "0.3", "--",
+                        "sh", "-c", cmd, END),
+                75);
+  assert_non_null(strstr(r.err, "not admitted within"));
+  assert_true(r.ns < UINT64_C(20000000000)); /* not the 30 s */
+  result_free(&r);
+  assert_int_equal(count_lines(log), 1);
+}
+
+static void test_throttlectl_run_unrunnable_command(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "/nonexistent", END),
+                127);
+  assert_non_null(strstr(r.err, "/nonexistent"));
+  assert_non_null(strstr(r.err, "cannot run"));
+  result_free(&r);
+  char plain[256];
+  scratch(s, "not-executable", plain, sizeof plain);
+  write_file(plain, "#!/bin/sh\nexit 0\n");
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", plain, END), 126);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "admitted"), 2);
+  assert_int_equal(json_int(r.out, "permanent"), 0); /* abandoned */
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+}
+
+static void test_throttlectl_run_killed_command_is_not_retried(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char log[256], cmd[1024];
+  scratch(s, "log", log, sizeof log);
+  snprintf(cmd, sizeof cmd, "echo run >> '%s'; kill -KILL $$", log);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "sh", "-c", cmd, END),
+                128 + SIGKILL);
+  result_free(&r);
+  assert_int_equal(count_lines(log), 1);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "permanent"), 0);
+  assert_int_equal(json_int(r.out, "locked"), 0);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+}
+
+static void test_throttlectl_run_exports_retry_after_file(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  /* A fresh file in $TMPDIR, there while CMD runs, gone afterwards. */
+  setenv("TMPDIR", s->dir, 1);
+  int st = ctl(&r, s->name, "run", "k", "--", "sh", "-c",
+               "test -f \"$THROTTLE_RETRY_AFTER_FILE\" && "
+               "test -w \"$THROTTLE_RETRY_AFTER_FILE\" && "
+               "test ! -s \"$THROTTLE_RETRY_AFTER_FILE\" && "
+               "echo \"$THROTTLE_RETRY_AFTER_FILE\"",
+               END);
+  unsetenv("TMPDIR");
+  assert_status(&r, st, 0);
+  assert_true(strncmp(r.out, s->dir, strlen(s->dir)) == 0);
+  assert_true(r.outlen > 1 && r.out[r.outlen - 1] == '\n');
+  r.out[r.outlen - 1] = 0;
+  assert_false(exists(r.out));
+  result_free(&r);
+}
+
+static void test_throttlectl_run_holder_is_the_run_process(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char release[256];
+  scratch(s, "release", release, sizeof release);
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel", "1", END),
+                0);
+  result_free(&r);
+  struct proc holder;
+  ctl_spawn(&holder, s->name, "run", "k", "--class", "backfill", "--", "sh",
+            "-c", "while [ ! -e \"$0\" ]; do sleep 0.02; done", release, END);
+  wait_field(s, "k", "in_flight", 1);
+
+  assert_status(&r, ctl(&r, s->name, "ls", END), 0);
+  const char *row = strstr(r.out, "\nk ");
+  assert_non_null(row);
+  assert_non_null(strstr(row, " 1/1 "));
+  result_free(&r);
+
+  char pid[32];
+  snprintf(pid, sizeof pid, "\"holders\":[{\"pid\":%ld,", (long)holder.pid);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_non_null(strstr(r.out, pid)); /* throttlectl's pid, not CMD's */
+  assert_non_null(strstr(r.out, "\"class\":\"backfill\""));
+  assert_non_null(strstr(r.out, "\"probe\":false}]"));
+  if (have_python) {
+    static const char check[] =
+        "import json,sys\n"
+        "d=json.load(sys.stdin)\n"
+        "h=d['holders']\n"
+        "assert len(h)==1, h\n"
+        "assert h[0]['pid']==int(sys.argv[1]) and h[0]['class']=='backfill'\n"
+        "assert h[0]['age_ms']>=0 and h[0]['probe'] is False\n";
+    char arg[32];
+    snprintf(arg, sizeof arg, "%ld", (long)holder.pid);
+    assert_int_equal(python_json(r.out, check, arg), 0);
+  }
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "ls", "--json", END), 0);
+  assert_non_null(strstr(r.out, pid));
+  result_free(&r);
+
+  /* Human form: a holders section with pid and class. */
+  assert_status(&r, ctl(&r, s->name, "show", "k", END), 0);
+  const char *h = strstr(r.out, "\nholders:\n");
+  assert_non_null(h);
+  snprintf(pid, sizeof pid, "%ld  backfill", (long)holder.pid);
+  assert_non_null(strstr(h, pid));
+  result_free(&r);
+
+  write_file(release, "");
+  finish(&holder, &r);
+  assert_status(&r, r.status, 0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", END), 0);
+  assert_non_null(strstr(r.out, "\nholders: none\n"));
+  result_free(&r);
+}
+
+static void test_throttlectl_run_forwards_sigterm(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char ready[256];
+  scratch(s, "ready", ready, sizeof ready);
+  struct proc p;
+  ctl_spawn(&p, s->name, "run", "k", "--", "sh", "-c",
+            "trap 'exit 42' TERM; : > \"$0\"; "
+            "while :; do sleep 0.02; done",
+            ready, END);
+  wait_file(ready);
+  assert_int_equal(kill(p.pid, SIGTERM), 0);
+  finish(&p, &r);
+  assert_status(&r, r.status, 42); /* CMD's answer to the signal */
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+}
+
+/* 1 while pid runs; 0 once it is gone or a zombie. */
+static int proc_alive(long pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+static void test_throttlectl_run_killed_hands_over_slot(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  char pidfile[256];
+  scratch(s, "cmd.pid", pidfile, sizeof pidfile);
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel", "1", END),
+                0);
+  result_free(&r);
+  struct proc p;
+  ctl_spawn(&p, s->name, "run", "k", "--", "sh", "-c",
+            "echo $$ > \"$0.tmp\"; mv \"$0.tmp\" \"$0\"; "
+            "while :; do sleep 0.02; done",
+            pidfile, END);
+  wait_file(pidfile);
+  long cmd = read_number(pidfile);
+  assert_true(cmd > 0);
+  assert_int_equal(kill(p.pid, SIGKILL), 0);
+  finish(&p, &r);
+  assert_int_equal(r.status, 128 + SIGKILL);
+  result_free(&r);
+  /* CMD does not outlive its admission... */
+  for (int i = 0; i < 1000 && proc_alive(cmd); i++)
+    sleep_ms(20);
+  assert_false(proc_alive(cmd));
+  /* ...and the slot goes to the next caller (I5, I6). */
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--timeout", "30", "--",
+                        "true", END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "reclaims"), 1);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
+  result_free(&r);
+}
+
+static bool have_flock(void) {
+  return system("command -v flock >/dev/null 2>&1") == 0;
+}
+
+static void test_throttlectl_run_caps_concurrency(void **state) {
+  struct seg *s = *state;
+  if (!have_flock())
+    skip();
+  struct result r;
+  char script[256], count[256], max[256], lock[256];
+  scratch(s, "cmd.sh", script, sizeof script);
+  scratch(s, "count", count, sizeof count);
+  scratch(s, "max", max, sizeof max);
+  scratch(s, "lock", lock, sizeof lock);
+  write_file(count, "0\n");
+  write_file(max, "0\n");
+  /* In flight +1 (recording the largest seen), a pause, in flight -1;
+   * every update under one lock. */
+  write_file(script, "d=$(dirname \"$0\")\n"
+                     "exec 9>\"$d/lock\"\n"
+                     "flock 9\n"
+                     "n=$(($(cat \"$d/count\") + 1)); echo $n > \"$d/count\"\n"
+                     "if [ $n -gt $(cat \"$d/max\") ]; then "
+                     "echo $n > \"$d/max\"; fi\n"
+                     "flock -u 9\n"
+                     "sleep 0.1\n"
+                     "flock 9\n"
+                     "echo $(($(cat \"$d/count\") - 1)) > \"$d/count\"\n");
+  enum { N = 6 };
+  struct proc p[N];
+  for (int i = 0; i < N; i++)
+    ctl_spawn(&p[i], s->name, "run", "k", "--max-parallel", "2", "--", "sh",
+              script, END);
+  for (int i = 0; i < N; i++) {
+    finish(&p[i], &r);
+    assert_status(&r, r.status, 0);
+    result_free(&r);
+  }
+  print_message("most in flight at once: %lld\n", read_number(max));
+  assert_true(read_number(max) >= 1);
+  assert_true(read_number(max) <= 2); /* I5 */
+  assert_int_equal(read_number(count), 0);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "admitted"), N);
+  assert_int_equal(json_int(r.out, "cap"), 2);
+  assert_int_equal(json_int(r.out, "in_flight"), 0);
   result_free(&r);
 }
 
@@ -583,6 +1258,26 @@ static void test_throttlectl_garbage_segment_needs_rm(void **state) {
   close(fd);
   assert_memory_equal(back, junk, sizeof junk);
 
+  /* run is a loader: it warns and runs CMD anyway (fail open, I7), and
+   * still leaves the segment alone. */
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "sh", "-c", "exit 0",
+                        END),
+                0);
+  assert_non_null(strstr(r.err, "throttlectl: warning: "));
+  assert_non_null(strstr(r.err, s->name));
+  assert_non_null(strstr(r.err, "throttlectl rm"));
+  assert_non_null(strstr(r.err, "process-private"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "run", "k", "--", "sh", "-c", "exit 3",
+                        END),
+                3);
+  result_free(&r);
+  fd = open(s->path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(read(fd, back, sizeof back), (ssize_t)sizeof back);
+  close(fd);
+  assert_memory_equal(back, junk, sizeof junk);
+
   assert_status(&r, ctl(&r, s->name, "rm", END), 0);
   result_free(&r);
   assert_false(exists(s->path));
@@ -599,6 +1294,20 @@ static void test_throttlectl_help_and_version(void **state) {
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "wait", "--help", END), 0);
   assert_non_null(strstr(r.out, "--timeout SEC"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, NULL, "--help", END), 0);
+  const char *cmds[] = {"set KEY", "pause KEY", "resume KEY", "cancel KEY",
+                        "run KEY"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    assert_non_null(strstr(r.out, cmds[i]));
+  result_free(&r);
+  assert_status(&r, ctl(&r, NULL, "run", "--help", END), 0);
+  assert_non_null(strstr(r.out, "--retries N"));
+  assert_non_null(strstr(r.out, "--class live|backfill"));
+  assert_non_null(strstr(r.out, "-- CMD"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, NULL, "set", "--help", END), 0);
+  assert_non_null(strstr(r.out, "--rate N/PERIOD"));
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "--version", END), 0);
   assert_non_null(strstr(r.out, "throttlectl "));
@@ -636,6 +1345,24 @@ int main(void) {
       T(test_throttlectl_reset_opens_every_key),
       T(test_throttlectl_clear_unknown_key_exits_1),
       T(test_throttlectl_usage_errors_exit_64),
+      T(test_throttlectl_set_bad_values_exit_64),
+      T(test_throttlectl_set_max_parallel_fixed_then_auto),
+      T(test_throttlectl_set_rate_and_backfill_share),
+      T(test_throttlectl_ls_shows_flight_wait_and_state),
+      T(test_throttlectl_pause_holds_run_until_resume),
+      T(test_throttlectl_cancel_ends_waiting_run),
+      T(test_throttlectl_run_passes_on_permanent_status),
+      T(test_throttlectl_run_retries_locked_then_gives_up),
+      T(test_throttlectl_run_succeeds_on_second_attempt),
+      T(test_throttlectl_run_default_retry_after),
+      T(test_throttlectl_run_timeout_counts_across_retries),
+      T(test_throttlectl_run_unrunnable_command),
+      T(test_throttlectl_run_killed_command_is_not_retried),
+      T(test_throttlectl_run_exports_retry_after_file),
+      T(test_throttlectl_run_holder_is_the_run_process),
+      T(test_throttlectl_run_forwards_sigterm),
+      T(test_throttlectl_run_killed_hands_over_slot),
+      T(test_throttlectl_run_caps_concurrency),
       T(test_throttlectl_rm_removes_segment),
       T(test_throttlectl_garbage_segment_needs_rm),
       T(test_throttlectl_help_and_version),

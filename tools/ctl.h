@@ -1,0 +1,152 @@
+/*
+ * ctl.h — what the files of throttlectl share.  throttlectl.c owns the
+ * command and option tables, the argument parser, opening the segment, the
+ * small commands and main; ctl_out.c the output helpers (messages, human
+ * durations, JSON strings, text tables); ctl_keys.c `ls` and `show`;
+ * ctl_run.c `run`.  Names shared between these files start with ctl_.
+ */
+#ifndef THROTTLECTL_CTL_H
+#define THROTTLECTL_CTL_H
+
+#include "throttle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sysexits.h>
+
+#define PROG "throttlectl"
+
+/* Exit statuses (DESIGN.md): 0, 1, EX_USAGE (64), EX_TEMPFAIL (75).  `run`
+ * also passes on its command's status. */
+enum { XIT_OK = 0, XIT_FAIL = 1, XIT_USAGE = EX_USAGE, XIT_TEMP = EX_TEMPFAIL };
+
+#define KEY_MAX 255
+/* A key as text: every byte may become "\xHH". */
+#define KEY_TEXT_MAX (4 * KEY_MAX + 1)
+
+/* Largest fixed cap: the library keeps this many participant slots per key
+ * and refuses a larger cap. */
+#define CAP_MAX 32
+
+/* Options a command may take, in the order usage lines show them.
+ * --segment and --help are taken by every command and handled by the
+ * parser itself. */
+enum opt_id {
+  OPT_JSON,
+  OPT_CLASS,
+  OPT_MAX_PARALLEL,
+  OPT_RATE,
+  OPT_BACKFILL_SHARE,
+  OPT_RETRIES,
+  OPT_TIMEOUT,
+  OPT_COUNT_
+};
+#define OPT(id) (1u << (id))
+
+/* How a command needs the segment. */
+enum open_mode {
+  OPEN_NONE,      /* works on the name only */
+  OPEN_ATTACH,    /* an existing segment; never creates one */
+  OPEN_CREATE,    /* creates the segment when absent, as a library user would */
+  OPEN_FAIL_OPEN, /* as OPEN_CREATE, but an unusable segment is a warning:
+                     the command carries on with the library's
+                     process-private fallback (`run`) */
+};
+
+struct ctx;
+
+struct command {
+  const char *name;
+  const char *args;    /* positional arguments, for usage lines */
+  const char *trailer; /* after the options ("-- CMD [ARG...]"), or NULL */
+  const char *summary;
+  int min_args, max_args;
+  unsigned opts;  /* OPT() bits of the options it takes */
+  bool key_first; /* the first positional is a key (validated) */
+  bool cmd_line;  /* positionals after the first are a command line: the
+                     first of them ends the options */
+  enum open_mode open;
+  int (*check)(struct ctx *c); /* before opening: 0 or XIT_USAGE; may be NULL */
+  int (*run)(struct ctx *c);
+};
+
+/* One invocation: what was parsed, then the open handle. */
+struct ctx {
+  const struct command *cmd;
+  const char *segment; /* --segment, or NULL for $THROTTLE_SEGMENT/default */
+  char **args;         /* positionals (points into argv), NULL-terminated */
+  int nargs;
+  const char *opt[OPT_COUNT_]; /* argument ("" for a flag) when given */
+  /* Values checked before the segment is opened. */
+  uint64_t ms;           /* backoff: the delay */
+  uint64_t timeout_ms;   /* wait, run: THROTTLE_FOREVER without --timeout */
+  uint32_t max_parallel; /* --max-parallel: 0 = auto */
+  uint32_t rate_n;       /* --rate: 0 = off */
+  uint64_t rate_period_ms;
+  double backfill_share;
+  throttle_class_t cls; /* --class */
+  unsigned retries;     /* --retries */
+  throttle_t *h;
+  const char *segname; /* for messages */
+};
+
+/* ---- messages (ctl_out.c) --------------------------------------------- */
+
+/* "throttlectl: " + message + newline on stderr. */
+void ctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A library failure on c->h: say it with the segment name, and return the
+ * exit status for it (EKEY 64, ETIMEDOUT 75, else 1). */
+int ctl_lib_fail(struct ctx *c, int rc);
+
+/* ---- parsing (throttlectl.c) ------------------------------------------ */
+
+/* A usage error: the message, the command's usage line (cmd may be NULL),
+ * and XIT_USAGE to return. */
+int ctl_usage_error(const struct command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Seconds as "N" or "N.F" to milliseconds, rounded up, saturating.
+ * Returns 0, or -1 when s is not such a number. */
+int ctl_parse_seconds(const char *s, uint64_t *ms);
+/* A whole number of digits only, min..max.  Returns 0 or -1. */
+int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* Checks of the options set and run share; each returns 0 or XIT_USAGE. */
+int ctl_check_max_parallel(struct ctx *c);
+int ctl_check_timeout(struct ctx *c);
+
+/* ---- output (ctl_out.c) ----------------------------------------------- */
+
+/* Milliseconds as a short human duration (350ms, 4.2s, 3m05s, 2h05m,
+ * 3d04h); up rounds up. */
+const char *ctl_human_ms(int64_t ms, bool up, char *buf, size_t len);
+/* "120/1m", "5/500ms": a rate as --rate takes it. */
+const char *ctl_rate_text(int64_t n, int64_t period_ms, char *buf, size_t len);
+/* A key for a terminal: control bytes as \xHH.  out holds KEY_TEXT_MAX. */
+char *ctl_key_text(const char *key, char *out, size_t len);
+/* A JSON string literal. */
+void ctl_json_string(FILE *f, const char *s);
+/* "live", "backfill". */
+const char *ctl_class_name(throttle_class_t cls);
+
+/* A text table: cells are copied; widths come from the data.  The first
+ * row is the header.  Columns are separated by two spaces; the last column
+ * has no trailing padding. */
+struct ctl_table {
+  int ncols;
+  const bool *right; /* right-align column i */
+  char **cells;      /* nrows * ncols */
+  size_t nrows, cap;
+};
+int ctl_table_add(struct ctl_table *t, char *const *row); /* 0 or -1 */
+void ctl_table_print(FILE *f, const struct ctl_table *t, const char *indent);
+void ctl_table_free(struct ctl_table *t);
+
+/* ---- commands in their own files -------------------------------------- */
+
+int ctl_cmd_ls(struct ctx *c);    /* ctl_keys.c */
+int ctl_cmd_show(struct ctx *c);  /* ctl_keys.c */
+int ctl_check_run(struct ctx *c); /* ctl_run.c */
+int ctl_cmd_run(struct ctx *c);   /* ctl_run.c */
+
+#endif /* THROTTLECTL_CTL_H */

@@ -1,0 +1,309 @@
+/*
+ * ctl_keys.c — `ls` and `show`: snapshots of keys (every field the library
+ * reports, and the holders of each key's admissions) printed as a table,
+ * as "name: value" lines, or as JSON.
+ *
+ * The JSON forms carry every field under its stable name, so a field added
+ * to the library appears without a change here; the table picks the
+ * columns an operator reads at a glance and leaves the rest to `show`.
+ */
+#include "ctl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- snapshots -------------------------------------------------------- */
+
+struct holder {
+  int64_t pid, age_ms;
+  throttle_class_t cls;
+  int probe;
+};
+
+struct keyrow {
+  char key[KEY_MAX + 1];
+  int64_t field[THROTTLE_FIELD_COUNT_];
+  size_t hfirst, hcount; /* its holders in rows->hv */
+};
+
+struct rows {
+  struct keyrow *v;
+  size_t n, cap;
+  struct holder *hv;
+  size_t hn, hcap;
+};
+
+/* Room for one more of each, doubling. */
+static int grow_rows(struct rows *rows) {
+  if (rows->n == rows->cap) {
+    size_t cap = rows->cap ? 2 * rows->cap : 64;
+    struct keyrow *v = realloc(rows->v, cap * sizeof *v);
+    if (v == NULL)
+      return -1;
+    rows->v = v;
+    rows->cap = cap;
+  }
+  return 0;
+}
+
+static int grow_holders(struct rows *rows) {
+  if (rows->hn == rows->hcap) {
+    size_t cap = rows->hcap ? 2 * rows->hcap : 64;
+    struct holder *v = realloc(rows->hv, cap * sizeof *v);
+    if (v == NULL)
+      return -1;
+    rows->hv = v;
+    rows->hcap = cap;
+  }
+  return 0;
+}
+
+/* throttle_foreach callback, and show's single copy: the snapshot is gone
+ * once the callback returns.  Non-zero (out of memory) stops the walk. */
+static int collect(const throttle_info_t *info, void *arg) {
+  struct rows *rows = arg;
+  if (grow_rows(rows) != 0)
+    return 1;
+  struct keyrow *row = &rows->v[rows->n];
+  snprintf(row->key, sizeof row->key, "%s", throttle_info_key(info));
+  for (int f = 0; f < THROTTLE_FIELD_COUNT_; f++)
+    row->field[f] = throttle_info_get(info, (throttle_field_t)f);
+  row->hfirst = rows->hn;
+  row->hcount = 0;
+  for (size_t i = 0;; i++) {
+    struct holder hd;
+    if (throttle_info_holder(info, i, &hd.pid, &hd.age_ms, &hd.cls,
+                             &hd.probe) != 0)
+      break;
+    if (grow_holders(rows) != 0)
+      return 1;
+    rows->hv[rows->hn++] = hd;
+    row->hcount++;
+  }
+  rows->n++;
+  return 0;
+}
+
+static void rows_free(struct rows *rows) {
+  free(rows->v);
+  free(rows->hv);
+}
+
+/* {"key":"...","remaining_ms":N,...,"holders":[...]}: every field, by its
+ * stable name, then the holders. */
+static void key_json(FILE *f, const struct rows *rows,
+                     const struct keyrow *row) {
+  fputs("{\"key\":", f);
+  ctl_json_string(f, row->key);
+  for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
+    const char *name = throttle_field_name((throttle_field_t)i);
+    if (name == NULL)
+      continue;
+    fprintf(f, ",\"%s\":%lld", name, (long long)row->field[i]);
+  }
+  fputs(",\"holders\":[", f);
+  for (size_t i = 0; i < row->hcount; i++) {
+    const struct holder *hd = &rows->hv[row->hfirst + i];
+    fprintf(f,
+            "%s{\"pid\":%lld,\"class\":\"%s\",\"age_ms\":%lld,"
+            "\"probe\":%s}",
+            i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
+            (long long)hd->age_ms, hd->probe ? "true" : "false");
+  }
+  fputs("]}", f);
+}
+
+/* ---- ls --------------------------------------------------------------- */
+
+/* KEY and LEFT first (what scripts grep for), then admission, counters,
+ * and STATE last: it is the only cell of varying length besides KEY.
+ * Dropped from the table for width (still in `show` and --json): the
+ * publish and wait counters, the last publisher's pid, the idle time. */
+enum {
+  COL_KEY,
+  COL_LEFT,
+  COL_FLIGHT,
+  COL_WAIT,
+  COL_ADMIT,
+  COL_LOCKED,
+  COL_RECL,
+  COL_LAST,
+  COL_STATE,
+  NCOLS
+};
+
+/* "episode,probe,paused,rate 120/1m", or "-". */
+static void state_text(const int64_t *f, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = 0;
+#define FLAG(cond, ...)                                                        \
+  do {                                                                         \
+    if ((cond) && n < len) {                                                   \
+      if (n > 0)                                                               \
+        n += (size_t)snprintf(buf + n, len - n, ",");                          \
+      if (n < len)                                                             \
+        n += (size_t)snprintf(buf + n, len - n, __VA_ARGS__);                  \
+    }                                                                          \
+  } while (0)
+  char rate[48];
+  FLAG(f[THROTTLE_FIELD_LOCK_EPISODE], "episode");
+  FLAG(f[THROTTLE_FIELD_PROBE_OUT], "probe");
+  FLAG(f[THROTTLE_FIELD_PAUSED], "paused");
+  FLAG(f[THROTTLE_FIELD_RATE_N] > 0, "rate %s",
+       ctl_rate_text(f[THROTTLE_FIELD_RATE_N], f[THROTTLE_FIELD_RATE_PERIOD_MS],
+                     rate, sizeof rate));
+#undef FLAG
+  if (n == 0)
+    snprintf(buf, len, "-");
+}
+
+static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
+                   uint32_t used, uint64_t evictions, uint64_t repairs) {
+  static const bool right[NCOLS] = {false, true, true, true, true,
+                                    true,  true, true, false};
+  static char *const head[NCOLS] = {"KEY",    "LEFT", "FLIGHT", "WAIT", "ADMIT",
+                                    "LOCKED", "RECL", "LAST",   "STATE"};
+  struct ctl_table t = {.ncols = NCOLS, .right = right};
+  int rc = ctl_table_add(&t, head);
+  for (size_t i = 0; i < rows->n && rc == 0; i++) {
+    const int64_t *f = rows->v[i].field;
+    char key[KEY_TEXT_MAX], left[32], flight[48], wait[48], admit[24],
+        locked[24], recl[24], last[32], state[96];
+    char *row[NCOLS] = {key,    left, flight, wait, admit,
+                        locked, recl, last,   state};
+    ctl_key_text(rows->v[i].key, key, sizeof key);
+    if (f[THROTTLE_FIELD_REMAINING_MS] > 0)
+      ctl_human_ms(f[THROTTLE_FIELD_REMAINING_MS], true, left, sizeof left);
+    else
+      snprintf(left, sizeof left, "-");
+    snprintf(flight, sizeof flight, "%lld/%lld%s",
+             (long long)f[THROTTLE_FIELD_IN_FLIGHT],
+             (long long)f[THROTTLE_FIELD_CAP],
+             f[THROTTLE_FIELD_CAP_AUTO] ? "*" : "");
+    snprintf(wait, sizeof wait, "%lld+%lld",
+             (long long)f[THROTTLE_FIELD_WAITING_LIVE],
+             (long long)f[THROTTLE_FIELD_WAITING_BACKFILL]);
+    snprintf(admit, sizeof admit, "%lld",
+             (long long)f[THROTTLE_FIELD_ADMITTED]);
+    snprintf(locked, sizeof locked, "%lld",
+             (long long)f[THROTTLE_FIELD_LOCKED]);
+    snprintf(recl, sizeof recl, "%lld", (long long)f[THROTTLE_FIELD_RECLAIMS]);
+    if (f[THROTTLE_FIELD_PUBLISHES] > 0)
+      ctl_human_ms(f[THROTTLE_FIELD_LAST_DELAY_MS], false, last, sizeof last);
+    else
+      snprintf(last, sizeof last, "-");
+    state_text(f, state, sizeof state);
+    rc = ctl_table_add(&t, row);
+  }
+  if (rc != 0) {
+    ctl_table_free(&t);
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
+  printf("segment %s: %u/%u keys, %llu evictions, %llu repairs\n", c->segname,
+         used, cap, (unsigned long long)evictions, (unsigned long long)repairs);
+  ctl_table_print(stdout, &t, NULL);
+  ctl_table_free(&t);
+  return XIT_OK;
+}
+
+int ctl_cmd_ls(struct ctx *c) {
+  uint32_t cap = 0, used = 0;
+  uint64_t evictions = 0, repairs = 0;
+  int rc = throttle_stats(c->h, &cap, &used, &evictions, &repairs);
+  if (rc != 0)
+    return ctl_lib_fail(c, rc);
+  struct rows rows = {0};
+  rc = throttle_foreach(c->h, collect, &rows);
+  if (rc != 0) {
+    rows_free(&rows);
+    if (rc > 0) {
+      ctl_say("out of memory");
+      return XIT_FAIL;
+    }
+    return ctl_lib_fail(c, rc);
+  }
+  if (c->opt[OPT_JSON] == NULL) {
+    rc = ls_text(c, &rows, cap, used, evictions, repairs);
+    rows_free(&rows);
+    return rc;
+  }
+  fputs("{\"segment\":", stdout);
+  ctl_json_string(stdout, c->segname);
+  printf(",\"capacity\":%u,\"used\":%u,\"evictions\":%llu,\"repairs\":%llu,"
+         "\"keys\":[",
+         cap, used, (unsigned long long)evictions, (unsigned long long)repairs);
+  for (size_t i = 0; i < rows.n; i++) {
+    if (i > 0)
+      fputc(',', stdout);
+    key_json(stdout, &rows, &rows.v[i]);
+  }
+  fputs("]}\n", stdout);
+  rows_free(&rows);
+  return XIT_OK;
+}
+
+/* ---- show ------------------------------------------------------------- */
+
+/* "holders: none", or "holders:" and one indented line per holder. */
+static int holders_text(const struct rows *rows, const struct keyrow *row) {
+  if (row->hcount == 0) {
+    printf("holders: none\n");
+    return 0;
+  }
+  static const bool right[4] = {true, false, true, false};
+  static char *const head[4] = {"PID", "CLASS", "AGE", ""};
+  struct ctl_table t = {.ncols = 4, .right = right};
+  int rc = ctl_table_add(&t, head);
+  for (size_t i = 0; i < row->hcount && rc == 0; i++) {
+    const struct holder *hd = &rows->hv[row->hfirst + i];
+    char pid[24], cls[16], age[32], probe[8];
+    char *cells[4] = {pid, cls, age, probe};
+    snprintf(pid, sizeof pid, "%lld", (long long)hd->pid);
+    snprintf(cls, sizeof cls, "%s", ctl_class_name(hd->cls));
+    ctl_human_ms(hd->age_ms, false, age, sizeof age);
+    snprintf(probe, sizeof probe, "%s", hd->probe ? "probe" : "");
+    rc = ctl_table_add(&t, cells);
+  }
+  if (rc == 0) {
+    printf("holders:\n");
+    ctl_table_print(stdout, &t, "  ");
+  }
+  ctl_table_free(&t);
+  return rc;
+}
+
+int ctl_cmd_show(struct ctx *c) {
+  throttle_info_t *info;
+  int rc = throttle_info(c->h, c->args[0], &info);
+  if (rc != 0)
+    return ctl_lib_fail(c, rc);
+  struct rows rows = {0};
+  rc = collect(info, &rows);
+  throttle_info_free(info);
+  if (rc != 0) {
+    rows_free(&rows);
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
+  const struct keyrow *row = &rows.v[0];
+  if (c->opt[OPT_JSON] != NULL) {
+    key_json(stdout, &rows, row);
+    fputc('\n', stdout);
+  } else {
+    char key[KEY_TEXT_MAX];
+    printf("key: %s\n", ctl_key_text(row->key, key, sizeof key));
+    for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
+      const char *name = throttle_field_name((throttle_field_t)i);
+      if (name != NULL)
+        printf("%s: %lld\n", name, (long long)row->field[i]);
+    }
+    rc = holders_text(&rows, row);
+  }
+  rows_free(&rows);
+  if (rc != 0) {
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
+  return XIT_OK;
+}

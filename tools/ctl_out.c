@@ -1,0 +1,216 @@
+/*
+ * ctl_out.c — throttlectl's output helpers: messages on stderr, short human
+ * durations and rates, keys made safe for a terminal, JSON strings, and
+ * aligned text tables.  Shared by every printer (see ctl.h).
+ */
+#include "ctl.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages --------------------------------------------------------- */
+
+void ctl_say(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs(PROG ": ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* The segment, the library's message (which often names the segment
+ * already), and the exit status for it. */
+int ctl_lib_fail(struct ctx *c, int rc) {
+  const char *msg = throttle_errmsg(c->h);
+  if (*msg == 0)
+    msg = throttle_strerror(rc);
+  if (strstr(msg, c->segname) != NULL)
+    ctl_say("%s", msg);
+  else
+    ctl_say("%s: %s", c->segname, msg);
+  if (rc == THROTTLE_EKEY)
+    return XIT_USAGE;
+  if (rc == THROTTLE_ETIMEDOUT)
+    return XIT_TEMP;
+  return XIT_FAIL;
+}
+
+/* ---- durations, rates, classes ---------------------------------------- */
+
+static uint64_t div_round(uint64_t a, uint64_t b, bool up) {
+  return up ? a / b + (a % b != 0) : a / b;
+}
+
+/* up rounds up (for time still to wait: never shows less than is left, so
+ * "0.0s" never appears for a closed key). */
+const char *ctl_human_ms(int64_t v, bool up, char *buf, size_t len) {
+  uint64_t ms = v < 0 ? 0 : (uint64_t)v, t;
+  if (ms < 1000) {
+    snprintf(buf, len, "%llums", (unsigned long long)ms);
+    return buf;
+  }
+  if (ms < 60000) {
+    if ((t = div_round(ms, 100, up)) < 600) {
+      snprintf(buf, len, "%llu.%llus", (unsigned long long)(t / 10),
+               (unsigned long long)(t % 10));
+      return buf;
+    }
+    ms = 60000;
+  }
+  if (ms < 3600000) {
+    if ((t = div_round(ms, 1000, up)) < 3600) {
+      snprintf(buf, len, "%llum%02llus", (unsigned long long)(t / 60),
+               (unsigned long long)(t % 60));
+      return buf;
+    }
+    ms = 3600000;
+  }
+  if (ms < 86400000) {
+    if ((t = div_round(ms, 60000, up)) < 1440) {
+      snprintf(buf, len, "%lluh%02llum", (unsigned long long)(t / 60),
+               (unsigned long long)(t % 60));
+      return buf;
+    }
+    ms = 86400000;
+  }
+  t = div_round(ms, 3600000, up);
+  snprintf(buf, len, "%llud%02lluh", (unsigned long long)(t / 24),
+           (unsigned long long)(t % 24));
+  return buf;
+}
+
+/* The largest unit that divides the period exactly, so that the text reads
+ * back through --rate as the same rate. */
+const char *ctl_rate_text(int64_t n, int64_t period_ms, char *buf, size_t len) {
+  static const struct {
+    int64_t ms;
+    const char *unit;
+  } units[] = {{3600000, "h"}, {60000, "m"}, {1000, "s"}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (period_ms > 0 && period_ms % units[i].ms == 0) {
+      snprintf(buf, len, "%lld/%lld%s", (long long)n,
+               (long long)(period_ms / units[i].ms), units[i].unit);
+      return buf;
+    }
+  snprintf(buf, len, "%lld/%lldms", (long long)n, (long long)period_ms);
+  return buf;
+}
+
+const char *ctl_class_name(throttle_class_t cls) {
+  switch (cls) {
+  case THROTTLE_CLASS_LIVE:
+    return "live";
+  case THROTTLE_CLASS_BACKFILL:
+    return "backfill";
+  }
+  return "unknown";
+}
+
+/* ---- strings ---------------------------------------------------------- */
+
+/* JSON output is exact; this is for eyes, and keeps a key with a newline
+ * or an escape sequence from breaking the table or the terminal. */
+char *ctl_key_text(const char *key, char *out, size_t len) {
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)key; *p && n + 5 < len;
+       p++) {
+    if (*p < 0x20 || *p == 0x7f)
+      n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
+    else
+      out[n++] = (char)*p;
+  }
+  out[n] = 0;
+  return out;
+}
+
+/* Columns a string takes on a UTF-8 terminal, near enough: one per byte
+ * that does not continue a multi-byte sequence. */
+static size_t text_width(const char *s) {
+  size_t w = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    w += (*p & 0xc0) != 0x80;
+  return w;
+}
+
+void ctl_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      fputc('\\', f);
+      fputc(*p, f);
+    } else if (*p < 0x20) {
+      fprintf(f, "\\u%04x", *p);
+    } else {
+      fputc(*p, f); /* bytes >= 0x80 pass through as they are */
+    }
+  }
+  fputc('"', f);
+}
+
+/* ---- tables ----------------------------------------------------------- */
+
+int ctl_table_add(struct ctl_table *t, char *const *row) {
+  if (t->nrows == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 16;
+    char **cells = realloc(t->cells, cap * (size_t)t->ncols * sizeof *cells);
+    if (cells == NULL)
+      return -1;
+    t->cells = cells;
+    t->cap = cap;
+  }
+  char **dst = &t->cells[t->nrows * (size_t)t->ncols];
+  for (int i = 0; i < t->ncols; i++) {
+    dst[i] = strdup(row[i]);
+    if (dst[i] == NULL) {
+      while (i-- > 0)
+        free(dst[i]);
+      return -1;
+    }
+  }
+  t->nrows++;
+  return 0;
+}
+
+/* Each line starts with indent (may be NULL). */
+void ctl_table_print(FILE *f, const struct ctl_table *t, const char *indent) {
+  size_t *w = calloc((size_t)t->ncols, sizeof *w);
+  if (w == NULL)
+    return;
+  for (size_t r = 0; r < t->nrows; r++)
+    for (int i = 0; i < t->ncols; i++) {
+      size_t n = text_width(t->cells[r * (size_t)t->ncols + i]);
+      if (n > w[i])
+        w[i] = n;
+    }
+  for (size_t r = 0; r < t->nrows; r++) {
+    char *const *row = &t->cells[r * (size_t)t->ncols];
+    /* Empty cells at the end of a row are left out: no trailing blanks. */
+    int end = t->ncols;
+    while (end > 1 && *row[end - 1] == 0)
+      end--;
+    if (indent != NULL)
+      fputs(indent, f);
+    for (int i = 0; i < end; i++) {
+      const char *s = row[i];
+      size_t pad = w[i] - text_width(s);
+      bool last = i == end - 1;
+      if (i > 0)
+        fputs("  ", f);
+      if (t->right[i])
+        fprintf(f, "%*s", (int)pad, "");
+      fputs(s, f);
+      if (!t->right[i] && !last)
+        fprintf(f, "%*s", (int)pad, "");
+    }
+    fputc('\n', f);
+  }
+  free(w);
+}
+
+void ctl_table_free(struct ctl_table *t) {
+  for (size_t i = 0; i < t->nrows * (size_t)t->ncols; i++)
+    free(t->cells[i]);
+  free(t->cells);
+}

@@ -1,0 +1,415 @@
+/*
+ * ctl_run.c — `run KEY [opts] -- CMD [ARG...]`: wait for admission to KEY,
+ * run CMD, report its outcome to the gate, and retry while it says the key
+ * is locked.
+ *
+ * CMD speaks through its exit status, as sysexits(3) programs and job
+ * runners already do: 0 is success; 75 (EX_TEMPFAIL) is "locked, come back
+ * later", with the delay written to the file $THROTTLE_RETRY_AFTER_FILE
+ * names (a fresh one per attempt, removed afterwards); anything else is a
+ * permanent failure, reported as such and never retried.  A retry enters
+ * again, so it sleeps out the back-off the failed attempt published, behind
+ * the lock episode's probe like every other process (I1, I3).
+ *
+ * The holder of the admission is this process, not CMD: CMD runs in a
+ * child, and the slot is given back when CMD ends, or reclaimed when this
+ * process dies.  In that case CMD gets SIGTERM (PR_SET_PDEATHSIG): left
+ * running, it would go on without the slot that someone else now holds
+ * (I5).  SIGTERM rather than SIGKILL lets it clean up, at the price of a
+ * short overlap.  Exit statuses follow the shell: CMD's own status,
+ * 126/127 when it cannot be executed, 128 + N when signal N ended it.
+ *
+ * Signals.  SIGINT and SIGTERM sent to this process while CMD runs are
+ * passed on to CMD, and no retry follows.  One the terminal generated
+ * (si_code SI_KERNEL) already reached CMD, which is in our process group,
+ * and is not sent twice: a program that reads a second ^C as "force" must
+ * not get one from a single keypress.  While waiting for admission the
+ * signals keep their usual effect; the library reclaims the waiting slot
+ * of a process that died.
+ *
+ * Fail open (I7).  With an unusable segment the command still runs, on the
+ * library's process-private fallback (throttlectl.c warns).  If admission
+ * itself fails for another reason than a timeout or a cancel (key table
+ * full, a mutex nobody releases), CMD runs without admission and a lock
+ * is waited out here, after publishing it for the others if that works.
+ */
+#include "ctl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RETRY_AFTER_ENV "THROTTLE_RETRY_AFTER_FILE"
+#define DEFAULT_RETRY_AFTER_MS 5000u
+#define RETRIES_DEFAULT 5u
+#define RETRIES_MAX 1000u
+/* Without admission, the longest this process sleeps for one lock: the
+ * library's default maximum delay. */
+#define LOCAL_SLEEP_MAX_MS 900000u
+
+/* ---- arguments -------------------------------------------------------- */
+
+int ctl_check_run(struct ctx *c) {
+  const char *cls = c->opt[OPT_CLASS];
+  c->cls = THROTTLE_CLASS_LIVE;
+  if (cls != NULL && strcmp(cls, "backfill") == 0)
+    c->cls = THROTTLE_CLASS_BACKFILL;
+  else if (cls != NULL && strcmp(cls, "live") != 0)
+    return ctl_usage_error(c->cmd, "--class must be live or backfill, not '%s'",
+                           cls);
+  c->retries = RETRIES_DEFAULT;
+  const char *r = c->opt[OPT_RETRIES];
+  uint64_t n;
+  if (r != NULL) {
+    if (ctl_parse_uint(r, 0, RETRIES_MAX, &n) != 0)
+      return ctl_usage_error(c->cmd,
+                             "--retries must be a whole number from 0 to %u, "
+                             "not '%s'",
+                             RETRIES_MAX, r);
+    c->retries = (unsigned)n;
+  }
+  int rc = ctl_check_max_parallel(c);
+  if (rc == 0)
+    rc = ctl_check_timeout(c);
+  if (rc == 0 && c->nargs < 2)
+    rc = ctl_usage_error(c->cmd, "missing CMD to run");
+  return rc;
+}
+
+/* ---- time ------------------------------------------------------------- */
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(uint64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+/* ---- the Retry-After file --------------------------------------------- */
+
+static const char *tmp_dir(void) {
+  const char *d = getenv("TMPDIR");
+  return d != NULL && *d != 0 ? d : "/tmp";
+}
+
+/* An empty file of our own (mode 0600) for CMD to write to. */
+static int retry_file_new(char *path, size_t len) {
+  int n = snprintf(path, len, "%s/throttlectl-retry-after.XXXXXX", tmp_dir());
+  if (n < 0 || (size_t)n >= len) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int fd = mkostemp(path, O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
+static bool is_blank(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
+}
+
+/* What CMD wrote, as delta-seconds ("5") or decimal seconds ("1.5"), with
+ * blanks around it allowed.  false when the file is gone, empty, or holds
+ * anything else; the caller then uses the default. */
+static bool retry_file_read(const char *path, uint64_t *ms) {
+  char buf[64];
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  buf[n] = 0;
+  char *p = buf, *e = buf + n;
+  while (is_blank(*p))
+    p++;
+  while (e > p && is_blank(e[-1]))
+    *--e = 0;
+  return ctl_parse_seconds(p, ms) == 0;
+}
+
+/* ---- running CMD ------------------------------------------------------ */
+
+static const int forwarded[] = {SIGINT, SIGTERM};
+#define NFORWARDED (sizeof forwarded / sizeof forwarded[0])
+
+static volatile sig_atomic_t child_pid;   /* 0 when no CMD runs */
+static volatile sig_atomic_t interrupted; /* a forwarded signal came */
+static sigset_t saved_mask;
+static struct sigaction saved_act[NFORWARDED];
+static bool handler_set[NFORWARDED];
+
+static void forward(int sig, siginfo_t *si, void *uctx) {
+  (void)uctx;
+  interrupted = 1;
+  if (si != NULL && si->si_code == SI_KERNEL)
+    return; /* from the terminal: CMD has it too */
+  int e = errno;
+  pid_t pid = (pid_t)child_pid;
+  if (pid > 0)
+    kill(pid, sig);
+  errno = e;
+}
+
+static void block_forwarded(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (size_t i = 0; i < NFORWARDED; i++)
+    sigaddset(&set, forwarded[i]);
+  sigprocmask(SIG_BLOCK, &set, &saved_mask);
+}
+
+static void unblock_forwarded(void) {
+  sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+}
+
+/* Forward while CMD runs; a signal this process was told to ignore stays
+ * ignored (CMD inherits that too). */
+static void handlers_install(void) {
+  for (size_t i = 0; i < NFORWARDED; i++) {
+    handler_set[i] = false;
+    if (sigaction(forwarded[i], NULL, &saved_act[i]) != 0 ||
+        saved_act[i].sa_handler == SIG_IGN)
+      continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    handler_set[i] = sigaction(forwarded[i], &sa, NULL) == 0;
+  }
+}
+
+static void handlers_restore(void) {
+  for (size_t i = 0; i < NFORWARDED; i++)
+    if (handler_set[i])
+      sigaction(forwarded[i], &saved_act[i], NULL);
+}
+
+struct cmd_end {
+  enum { END_EXIT, END_SIGNAL, END_NOEXEC } how;
+  int code; /* exit status, signal number, or execvp's errno */
+};
+
+/* Run argv to its end, with $THROTTLE_RETRY_AFTER_FILE set to retry_path
+ * (unset when NULL).  Returns 0 and fills *end, or -1 (said why) when CMD
+ * could not be started.  Returns with SIGINT and SIGTERM blocked either
+ * way: one that arrives after CMD ended waits until the outcome has been
+ * reported, so the slot is handed back before it takes effect. */
+static int cmd_spawn_wait(char **argv, const char *retry_path,
+                          struct cmd_end *end) {
+  int pfd[2];
+  block_forwarded();
+  if (retry_path != NULL)
+    setenv(RETRY_AFTER_ENV, retry_path, 1);
+  else
+    unsetenv(RETRY_AFTER_ENV);
+  /* CLOEXEC: closed by a successful exec, so EOF says CMD started. */
+  if (pipe2(pfd, O_CLOEXEC) != 0) {
+    ctl_say("cannot run %s: pipe: %s", argv[0], strerror(errno));
+    return -1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    ctl_say("cannot run %s: fork: %s", argv[0], strerror(errno));
+    close(pfd[0]);
+    close(pfd[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(pfd[0]);
+    /* Ends CMD if we die; kept across execve.  If we died already, the
+     * signal will not come: stop here. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent)
+      _exit(128 + SIGTERM);
+    sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+    execvp(argv[0], argv);
+    int e = errno;
+    ssize_t w = write(pfd[1], &e, sizeof e);
+    (void)w;
+    _exit(e == ENOENT ? 127 : 126);
+  }
+  close(pfd[1]);
+  child_pid = pid;
+  handlers_install();
+  unblock_forwarded(); /* a signal that came meanwhile is forwarded now */
+
+  int err = 0;
+  ssize_t n;
+  do
+    n = read(pfd[0], &err, sizeof err);
+  while (n < 0 && errno == EINTR);
+  close(pfd[0]);
+  /* Wait for the end without reaping: until the forwarder is gone the pid
+   * must stay CMD's, not a recycled one. */
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 &&
+         errno == EINTR)
+    ;
+  block_forwarded();
+  child_pid = 0;
+  handlers_restore();
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  if (n == (ssize_t)sizeof err) {
+    end->how = END_NOEXEC;
+    end->code = err;
+  } else if (WIFSIGNALED(st)) {
+    end->how = END_SIGNAL;
+    end->code = WTERMSIG(st);
+  } else {
+    end->how = END_EXIT;
+    end->code = WEXITSTATUS(st);
+  }
+  return 0;
+}
+
+/* ---- the loop --------------------------------------------------------- */
+
+static int timed_out(const struct ctx *c, const char *ktext) {
+  char t[32];
+  ctl_say("%s: not admitted within %s (--timeout)", ktext,
+          ctl_human_ms((int64_t)c->timeout_ms, false, t, sizeof t));
+  return XIT_TEMP;
+}
+
+/* Run CMD once (admitted, or failing open).  Returns the outcome to report
+ * and sets *status (run's exit status for it) and *retry_ms (for LOCKED). */
+static throttle_outcome_t attempt(char **argv, int *status,
+                                  uint64_t *retry_ms) {
+  char path[PATH_MAX];
+  bool have_path = retry_file_new(path, sizeof path) == 0;
+  if (!have_path)
+    ctl_say("warning: cannot create a file in %s for CMD's Retry-After: %s; "
+            "a lock is retried after %u s",
+            tmp_dir(), strerror(errno), DEFAULT_RETRY_AFTER_MS / 1000);
+  struct cmd_end end;
+  int rc = cmd_spawn_wait(argv, have_path ? path : NULL, &end);
+  uint64_t ms = DEFAULT_RETRY_AFTER_MS;
+  if (have_path) {
+    if (rc == 0 && end.how == END_EXIT && end.code == EX_TEMPFAIL &&
+        retry_file_read(path, &ms) && ms == 0)
+      ms = 1; /* "now": the smallest back-off there is (0 means default) */
+    unlink(path);
+  }
+  *retry_ms = 0;
+  if (rc != 0) {
+    *status = XIT_FAIL;
+    return THROTTLE_OUTCOME_ABANDONED;
+  }
+  switch (end.how) {
+  case END_NOEXEC:
+    ctl_say("%s: cannot run: %s", argv[0], strerror(end.code));
+    *status = end.code == ENOENT ? 127 : 126;
+    return THROTTLE_OUTCOME_ABANDONED;
+  case END_SIGNAL:
+    *status = 128 + end.code;
+    return THROTTLE_OUTCOME_ABANDONED;
+  case END_EXIT:
+    break;
+  }
+  *status = end.code;
+  if (end.code == 0)
+    return THROTTLE_OUTCOME_OK;
+  if (end.code != EX_TEMPFAIL)
+    return THROTTLE_OUTCOME_PERMANENT;
+  *retry_ms = ms;
+  return THROTTLE_OUTCOME_LOCKED;
+}
+
+int ctl_cmd_run(struct ctx *c) {
+  const char *key = c->args[0];
+  char **argv = c->args + 1;
+  char ktext[KEY_TEXT_MAX], t[32];
+  ctl_key_text(key, ktext, sizeof ktext);
+  /* Inherited SIGCHLD = SIG_IGN would reap CMD before we see its status. */
+  signal(SIGCHLD, SIG_DFL);
+  if (c->opt[OPT_MAX_PARALLEL] != NULL) {
+    int rc = throttle_set_max_parallel(c->h, key, c->max_parallel);
+    if (rc != 0)
+      ctl_say("warning: %s: cannot set the cap: %s", ktext,
+              *throttle_errmsg(c->h) ? throttle_errmsg(c->h)
+                                     : throttle_strerror(rc));
+  }
+  uint64_t waited = 0; /* waiting for admission, over all attempts */
+  bool warned = false;
+  for (unsigned n = 1;; n++) {
+    uint64_t left = THROTTLE_FOREVER;
+    if (c->timeout_ms != THROTTLE_FOREVER)
+      left = c->timeout_ms > waited ? c->timeout_ms - waited : 0;
+    throttle_ticket_t *ticket = NULL;
+    uint64_t t0 = now_ms();
+    int rc = throttle_enter(c->h, key, c->cls, left, &ticket);
+    waited += now_ms() - t0;
+    if (rc == THROTTLE_ETIMEDOUT)
+      return timed_out(c, ktext);
+    if (rc == THROTTLE_ECANCELED) {
+      ctl_say("%s: canceled while waiting for admission", ktext);
+      return XIT_FAIL;
+    }
+    if (rc != 0 && !warned) {
+      ctl_say("warning: %s: running without admission: %s", ktext,
+              *throttle_errmsg(c->h) ? throttle_errmsg(c->h)
+                                     : throttle_strerror(rc));
+      warned = true;
+    }
+    bool admitted = rc == 0;
+
+    int status;
+    uint64_t retry_ms;
+    throttle_outcome_t outcome = attempt(argv, &status, &retry_ms);
+    if (admitted) {
+      rc = throttle_leave(c->h, ticket, outcome, retry_ms);
+      if (rc != 0)
+        ctl_say("warning: %s: reporting the outcome: %s", ktext,
+                *throttle_errmsg(c->h) ? throttle_errmsg(c->h)
+                                       : throttle_strerror(rc));
+    } else if (outcome == THROTTLE_OUTCOME_LOCKED) {
+      (void)throttle_backoff(c->h, key, retry_ms); /* tell the others */
+    }
+    unblock_forwarded(); /* a signal held back takes effect now */
+
+    if (outcome != THROTTLE_OUTCOME_LOCKED)
+      return status;
+    if (interrupted) {
+      ctl_say("%s: locked, not retrying after a signal", ktext);
+      return XIT_TEMP;
+    }
+    if (n > c->retries) {
+      ctl_say("%s: still locked after %u attempt%s", ktext, n,
+              n == 1 ? "" : "s");
+      return XIT_TEMP;
+    }
+    ctl_say("%s: locked (attempt %u of %u); retrying after %s", ktext, n,
+            c->retries + 1, ctl_human_ms((int64_t)retry_ms, true, t, sizeof t));
+    if (!admitted) {
+      uint64_t d =
+          retry_ms < LOCAL_SLEEP_MAX_MS ? retry_ms : LOCAL_SLEEP_MAX_MS;
+      if (c->timeout_ms != THROTTLE_FOREVER && waited + d > c->timeout_ms)
+        return timed_out(c, ktext);
+      sleep_ms(d);
+      waited += d;
+    }
+  }
+}
