@@ -12,8 +12,9 @@
  *   - blank values, signs and anything starting with a digit that is not
  *     all digits are refused; all digits parse as delta-seconds, to the
  *     value computed here (saturating at UINT64_MAX);
- *   - a date gives whole seconds (ms % 1000 == 0, or UINT64_MAX) and no
- *     later than 9999-12-31 23:59:59 from now;
+ *   - a date gives whole seconds (ms % 1000 == 0, or UINT64_MAX) and, but
+ *     for a two-digit year resolved against a now after 2514, is no later
+ *     than 9999-12-31 23:59:59;
  *   - surrounding spaces and tabs, and the case of letters, change nothing;
  *   - a date that is not in the RFC 850 form (whose century depends on
  *     now) parses whatever now is, and, where curl_getdate() reads the same
@@ -98,7 +99,9 @@ static void check_one(const char *v, time_t now) {
   } else if (p.rc == 0) {
     CHECK(p.ms % 1000 == 0 || p.ms == UINT64_MAX, "date \"%s\": %llu ms", v,
           (unsigned long long)p.ms);
-    if (now >= 0) {
+    /* A two-digit year is resolved against now: only for a now before
+     * 2514 is it sure to stay within four digits. */
+    if (now >= 0 && (now < (INT64_C(1) << 34) || strchr(v, '-') == NULL)) {
       uint64_t max = now >= YEAR_9999_END
                          ? 0
                          : (uint64_t)(YEAR_9999_END - now) * 1000;

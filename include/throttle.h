@@ -147,9 +147,10 @@ THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
                                                      uint32_t ms);
 
 /* How long an admission may be held before it is taken back from a holder
- * that is alive but hung (dead holders are reclaimed at once).  Default
- * $THROTTLE_LEASE_MS, else 120000 (2 min).  Errors: THROTTLE_EINVAL (0 or
- * more than one day). */
+ * that is alive but hung (dead holders are reclaimed at once, whatever the
+ * lease).  Set it above your longest request.  Default $THROTTLE_LEASE_MS,
+ * else 600000 (10 min).  Errors: THROTTLE_EINVAL (0 or more than one
+ * day). */
 THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
                                               uint32_t ms);
 
@@ -324,8 +325,8 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
 
 /* Key settings, kept in the segment and shared by every process. */
 
-/* Cap concurrent admissions to n (1..1024), or 0 for "auto": learned from
- * outcomes (the default).  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+/* Cap concurrent admissions to n (1..32: a key tracks 32 participants), or
+ * 0 for "auto": learned from outcomes (the default).  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
                                               uint32_t n);

@@ -58,8 +58,9 @@
  *     work), nor after a 409 whose body was cut short.
  *   - The deadline bounds waiting and the decision to retry; a transfer that
  *     has started runs until the application's own CURLOPT_TIMEOUT(_MS).
- *   - Local back-off sleeps (transport errors, 408/5xx) are not interrupted
- *     by throttle_cancel(); only waiting for admission is.
+ *   - Local back-off sleeps (transport errors, 408/5xx, and every back-off
+ *     of a request sent without admission) are not interrupted by
+ *     throttle_cancel(); only waiting for admission is.
  *   - A body is read for its code only within its first 64 KiB: a lock
  *     answer whose JSON document does not end within them reads as a 409
  *     without a code, i.e. permanent.  Real error bodies are far smaller.
@@ -286,8 +287,25 @@ typedef struct throttle_curl_result throttle_curl_result_t;
  *
  * Retry-After is read from the last answer's header (a date relative to
  * the answer's Date header when there is one, else to time(NULL)); an
- * explicit "Retry-After: 0" is published as 1 ms.  A transport error is
- * reported to throttle_leave() as THROTTLE_OUTCOME_FAILED.
+ * explicit "Retry-After: 0" is published as 1 ms (throttle_leave() reads
+ * 0 as "use the default delay").  A transport error is reported to
+ * throttle_leave() as THROTTLE_OUTCOME_FAILED.
+ *
+ * Fail open.  When throttle_enter() fails because of the segment rather
+ * than the key (THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT,
+ * or any error but THROTTLE_ETIMEDOUT, THROTTLE_ECANCELED, THROTTLE_EINVAL,
+ * THROTTLE_EKEY and THROTTLE_ENOMEM), the request is sent anyway, without
+ * admission: nothing is published for it, and the back-off a lock, 429 or
+ * 503 answer asks for (its Retry-After, else the default delay) is slept
+ * in this call instead, so the request is still never re-sent earlier
+ * than the server said.  Other processes do not learn of it.  After
+ * THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT the rest of the call does not
+ * touch the segment again (each try would cost the lock timeout); after
+ * any other such error each attempt asks for admission again.
+ * throttle_curl_result_admitted() is then 0 and
+ * throttle_curl_result_error() names the segment's error.  A handle that
+ * fell back to process-private memory at throttle_open() is admitted as
+ * usual, by that memory (throttle_curl_result_shared() is 0).
  *
  * easy: a configured handle (URL, method, body, headers, timeouts).  This
  *   call sets CURLOPT_WRITEFUNCTION and CURLOPT_WRITEDATA while it runs
@@ -302,13 +320,13 @@ typedef struct throttle_curl_result throttle_curl_result_t;
  *   THROTTLE_ENOMEM, to be freed with throttle_curl_result_free().
  *
  * Returns 0 when the call came to an end the result describes (OK,
- * PERMANENT, GAVE_UP, TRANSPORT, CANCELED): the request's fate is in the
- * result, not in the return value.  Errors: THROTTLE_EINVAL (h, easy or
- * result NULL; *result is NULL), THROTTLE_ENOMEM (*result is NULL), and
- * with status THROTTLE_CURL_ERROR in *result, the errors of
- * throttle_enter() other than THROTTLE_ETIMEDOUT and THROTTLE_ECANCELED
- * (THROTTLE_EKEY, THROTTLE_EFULL, THROTTLE_ENOMEM, THROTTLE_ELOCKTIMEOUT,
- * ...).  throttle_errmsg(h) then has the details. */
+ * PERMANENT, GAVE_UP, TRANSPORT, CANCELED), including a call that failed
+ * open: the request's fate is in the result, not in the return value.
+ * Errors: THROTTLE_EINVAL (h, easy or result NULL; *result is NULL),
+ * THROTTLE_ENOMEM (*result is NULL), and with status THROTTLE_CURL_ERROR
+ * in *result, the errors of throttle_enter() that are not the segment's:
+ * THROTTLE_EKEY (a bad key), THROTTLE_ENOMEM, THROTTLE_EINVAL (an unknown
+ * class).  throttle_errmsg(h) then has the details. */
 THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
                                           const char *key,
                                           const throttle_curl_policy_t *policy,
@@ -364,8 +382,21 @@ throttle_curl_result_body(const throttle_curl_result_t *r, size_t *len);
 
 /* The throttle error that ended the call (THROTTLE_ECANCELED for
  * CANCELED, THROTTLE_ETIMEDOUT when it gave up waiting for admission,
- * throttle_enter()'s error for ERROR), else 0. */
+ * throttle_enter()'s error for ERROR); else, when a request was sent
+ * without admission, the segment's error that made it so (THROTTLE_EFULL,
+ * THROTTLE_ELOCKTIMEOUT, ...); else 0. */
 THROTTLE_EXTERN int throttle_curl_result_error(const throttle_curl_result_t *r);
+
+/* 1 when every request the call sent was admitted by the throttle (also
+ * when it sent none); 0 when at least one was sent without admission
+ * because the segment failed (fail open, see throttle_curl_perform()):
+ * its back-off then held in this call only.  A tool should warn. */
+THROTTLE_EXTERN int
+throttle_curl_result_admitted(const throttle_curl_result_t *r);
+
+/* How many requests were sent without admission (0 when admitted). */
+THROTTLE_EXTERN unsigned
+throttle_curl_result_unadmitted(const throttle_curl_result_t *r);
 
 /* 1 when h used the shared segment, 0 when it had fallen back to
  * process-private memory (back-off then held within this process only). */

@@ -9,6 +9,7 @@
 #include "http_internal.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,15 +103,17 @@ static int days_in_month(int month /* 0-11 */, int year) {
  * the most recent past year with the same last two digits. */
 static int full_year(int yy, time_t now) {
   struct tm tm;
-  int cur = 1970;
+  /* long long: gmtime_r() accepts years up to INT_MAX + 1900, where
+   * tm_year + 1900 would overflow an int. */
+  long long cur = 1970;
   if (gmtime_r(&now, &tm) != NULL)
-    cur = tm.tm_year + 1900;
-  int y = cur - cur % 100 + yy;
+    cur = (long long)tm.tm_year + 1900;
+  long long y = cur - cur % 100 + yy;
   if (y > cur + 50)
     y -= 100;
   else if (y + 100 <= cur + 50)
     y += 100;
-  return y;
+  return y > INT_MAX ? INT_MAX : y < INT_MIN ? INT_MIN : (int)y;
 }
 
 int throttle__http_date(const char *value, size_t len, time_t now, time_t *t) {

@@ -36,6 +36,7 @@ struct throttle_curl_result {
   CURLcode curl_code;
   int error;
   int shared;
+  unsigned unadmitted; /* attempts sent without admission (fail open) */
   uint64_t elapsed_ms;
   char code[THROTTLE__CODE_MAX + 1];
   char message[THROTTLE__MSG_MAX];
@@ -223,6 +224,25 @@ static int transient_curl(CURLcode cc) {
   }
 }
 
+/* Errors of throttle_enter() that say the segment failed rather than the
+ * request or the key: the call then fails open (DESIGN I7) and sends
+ * without admission.  The others end the call: a timeout or a cancel is
+ * the answer the caller asked for, and a bad key or no memory fails the
+ * same way without the throttle. */
+static int segment_failed(int erc) {
+  return erc != 0 && erc != THROTTLE_ETIMEDOUT && erc != THROTTLE_ECANCELED &&
+         erc != THROTTLE_EINVAL && erc != THROTTLE_EKEY &&
+         erc != THROTTLE_ENOMEM;
+}
+
+/* throttle_leave() for an admitted attempt; nothing for one sent without
+ * admission (ticket NULL), which has no slot to free and nowhere to
+ * publish. */
+static int report(throttle_t *h, throttle_ticket_t *ticket,
+                  throttle_outcome_t o, uint64_t retry_after_ms) {
+  return ticket != NULL ? throttle_leave(h, ticket, o, retry_after_ms) : 0;
+}
+
 /* ---- the result ------------------------------------------------------------ */
 
 static void take_body(throttle_curl_result_t *r, struct tee *t) {
@@ -271,8 +291,10 @@ static enum step next_or_give_up(const throttle_curl_policy_t *p,
   return STEP_AGAIN;
 }
 
-/* One admitted attempt: send, classify, leave.  *local is the count of
- * consecutive failures that back off locally. */
+/* One attempt: send, classify, leave.  ticket is NULL for an attempt sent
+ * without admission (fail open): its back-off is then slept here instead
+ * of published.  *local is the count of consecutive failures that back
+ * off locally. */
 static enum step attempt(throttle_t *h, CURL *easy,
                          const throttle_curl_policy_t *p,
                          throttle_ticket_t *ticket, struct tee *t,
@@ -298,7 +320,7 @@ static enum step attempt(throttle_t *h, CURL *easy,
     int again = transient_curl(cc) && by_status != THROTTLE_OUTCOME_OK &&
                 by_status != THROTTLE_OUTCOME_PERMANENT;
     r->outcome = THROTTLE_OUTCOME_FAILED;
-    throttle_leave(h, ticket, THROTTLE_OUTCOME_FAILED, 0);
+    report(h, ticket, THROTTLE_OUTCOME_FAILED, 0);
     t->len = 0;
     say(p, "attempt %u: transport error %d: %s (HTTP status %ld)%s", n,
         (int)cc, curl_easy_strerror(cc), status,
@@ -320,14 +342,16 @@ static enum step attempt(throttle_t *h, CURL *easy,
   uint64_t publish = 0;
   if (o == THROTTLE_OUTCOME_LOCKED || o == THROTTLE_OUTCOME_RATE_LIMITED ||
       o == THROTTLE_OUTCOME_UNAVAILABLE) {
-    /* 0 means "the default" to throttle_leave(); "Retry-After: 0" means
-     * "now", the nearest to which is 1 ms. */
+    /* throttle_leave() reads a delay of 0 as "no Retry-After: use the
+     * default" (5 s), but "Retry-After: 0" means "now".  The nearest
+     * delay to now that is not 0 is 1 ms: published, it still closes the
+     * key long enough for one probe to go first (I3) and costs nothing. */
     publish = have_ra ? (ra > 0 ? ra : 1) : p->default_delay_ms;
     r->retry_after_ms = publish;
   } else if (o == THROTTLE_OUTCOME_FAILED && have_ra) {
     r->retry_after_ms = ra;
   }
-  int lrc = throttle_leave(h, ticket, o, publish);
+  int lrc = report(h, ticket, o, publish);
   if (o == THROTTLE_OUTCOME_OK) {
     r->code[0] = r->message[0] = 0;
     take_body(r, t); /* empty: a 2xx body went to the sink */
@@ -335,8 +359,9 @@ static enum step attempt(throttle_t *h, CURL *easy,
     take_body(r, t);
   }
   if (publish)
-    say(p, "attempt %u: HTTP %ld%s%s -> %s; published not-before +%llu ms (%s)",
-        n, status, r->code[0] ? " " : "", r->code, outcome_name(o),
+    say(p, "attempt %u: HTTP %ld%s%s -> %s; %s not-before +%llu ms (%s)", n,
+        status, r->code[0] ? " " : "", r->code, outcome_name(o),
+        ticket != NULL ? "published" : "unadmitted, so only this process's",
         (unsigned long long)publish,
         have_ra ? "Retry-After" : "no usable Retry-After: default");
   else
@@ -360,9 +385,14 @@ static enum step attempt(throttle_t *h, CURL *easy,
     return next_or_give_up(p, r, start, deadline, wait);
   }
   default:
-    /* Published: the next throttle_enter() waits for the not-before. */
+    /* Published: the next throttle_enter() waits for the not-before.  Sent
+     * without admission there is nobody to publish to that would make
+     * this process wait, so it waits here, as long as the server said. */
     *local = 0;
-    return next_or_give_up(p, r, start, deadline, 0);
+    return next_or_give_up(p, r, start, deadline,
+                           ticket != NULL ? 0
+                           : publish < MAX_LOCAL_WAIT_MS ? publish
+                                                         : MAX_LOCAL_WAIT_MS);
   }
 }
 
@@ -390,6 +420,11 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
   curl_easy_setopt(easy, CURLOPT_FAILONERROR, 0L);
   unsigned local = 0;
   int rc = 0;
+  /* A segment that timed out its mutex or is corrupt is not asked again
+   * during this call: each throttle_enter() would cost the lock timeout
+   * and fail the same way.  A full table is asked again at each attempt,
+   * since idle keys become evictable as their back-offs pass. */
+  int skip_segment = 0;
   if (!r->shared)
     say(p, "no shared segment: back-off holds within this process only (%s)",
         throttle_errmsg(h));
@@ -399,8 +434,9 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
     if (deadline != UINT64_MAX)
       timeout = deadline > now ? deadline - now : 0;
     throttle_ticket_t *ticket = NULL;
-    int erc = timeout == 0 ? THROTTLE_ETIMEDOUT
-                           : throttle_enter(h, key, p->cls, timeout, &ticket);
+    int erc = timeout == 0  ? THROTTLE_ETIMEDOUT
+              : skip_segment ? r->error
+                             : throttle_enter(h, key, p->cls, timeout, &ticket);
     if (erc == THROTTLE_ETIMEDOUT) {
       uint64_t left = 0;
       if (throttle_remaining(h, key, &left) == 0 && left > 0)
@@ -416,19 +452,34 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
       finish(r, THROTTLE_CURL_CANCELED, start);
       break;
     }
-    if (erc != 0) {
+    if (erc != 0 && !segment_failed(erc)) {
       say(p, "admission failed: %s: %s", throttle_strerror(erc),
           throttle_errmsg(h));
       r->error = rc = erc;
       finish(r, THROTTLE_CURL_ERROR, start);
       break;
     }
-    say(p, "attempt %u: %s admitted after %llu ms%s", r->attempts + 1,
-        key, (unsigned long long)(mono_ms() - now),
-        throttle_ticket_is_probe(ticket) ? " as the probe" : "");
+    if (erc != 0) {
+      /* Fail open (I7): the throttle must never become the outage. */
+      if (!skip_segment)
+        say(p, "attempt %u: admission failed: %s: %s; sending without "
+               "admission, back-off held within this process",
+            r->attempts + 1, throttle_err_name(erc), throttle_errmsg(h));
+      else
+        say(p, "attempt %u: sending without admission (%s)", r->attempts + 1,
+            throttle_err_name(erc));
+      r->error = erc;
+      r->unadmitted++;
+      skip_segment =
+          erc == THROTTLE_ELOCKTIMEOUT || erc == THROTTLE_ECORRUPT;
+    } else {
+      say(p, "attempt %u: %s admitted after %llu ms%s", r->attempts + 1, key,
+          (unsigned long long)(mono_ms() - now),
+          throttle_ticket_is_probe(ticket) ? " as the probe" : "");
+    }
     if (r->attempts > 0 && p->rewind != NULL &&
         p->rewind(p->rewind_data, 0, SEEK_SET) != CURL_SEEKFUNC_OK) {
-      throttle_leave(h, ticket, THROTTLE_OUTCOME_ABANDONED, 0);
+      report(h, ticket, THROTTLE_OUTCOME_ABANDONED, 0);
       say(p, "the upload could not be rewound; not re-sent");
       r->curl_code = CURLE_SEND_FAIL_REWIND;
       finish(r, THROTTLE_CURL_TRANSPORT, start);
@@ -546,6 +597,16 @@ THROTTLE_EXTERN int throttle_curl_result_error(const throttle_curl_result_t *r) 
 THROTTLE_EXTERN int
 throttle_curl_result_shared(const throttle_curl_result_t *r) {
   return r != NULL ? r->shared : 0;
+}
+
+THROTTLE_EXTERN int
+throttle_curl_result_admitted(const throttle_curl_result_t *r) {
+  return r != NULL && r->unadmitted == 0;
+}
+
+THROTTLE_EXTERN unsigned
+throttle_curl_result_unadmitted(const throttle_curl_result_t *r) {
+  return r != NULL ? r->unadmitted : 0;
 }
 
 THROTTLE_EXTERN uint64_t

@@ -75,7 +75,7 @@ struct throttle__hdr {
  * THROTTLE__SLOTS participants at once makes the extra callers poll (see
  * gate.c); caps are therefore at most THROTTLE__SLOTS. */
 #define THROTTLE__SLOTS 32u
-#define THROTTLE__DEFAULT_LEASE_MS UINT64_C(120000)
+#define THROTTLE__DEFAULT_LEASE_MS UINT64_C(600000)
 enum {
   THROTTLE__SLOT_FREE = 0,
   THROTTLE__SLOT_WAITING = 1,
