@@ -1,7 +1,9 @@
 # libthrottle — build, test, install.
 #
-#   make                 libthrottle.a, libthrottle.so.1, throttlectl (in build/)
+#   make                 libthrottle(-curl).a/.so.1, throttlectl, examples (in build/)
+#   make demo            naive loaders vs libthrottle on a local mock server
 #   make check           install missing build dependencies (Debian), run the tests
+#   make torture         kill -9 torture (TORTURE_KILLS=N)
 #   make asan | tsan     the tests under AddressSanitizer+UBSan / ThreadSanitizer
 #   make valgrind        the tests under valgrind memcheck
 #   make bench           benchmarks, printed as ratios to a baseline of the same run
@@ -42,10 +44,10 @@ TEST_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/tobj/%.o) $(HTTP_SRC:libthrottle/%.c
 TESTS    := $(sort $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c)))
 TEST_HELPERS := $(wildcard tests/helpers.c)
 
-.PHONY: all check deps asan tsan valgrind bench install clean tidy cppcheck torture demo tests-build
+.PHONY: all check deps asan tsan valgrind bench install clean tidy cppcheck torture demo tests-build examples
 
 all: $(B)/libthrottle.a $(B)/libthrottle.so.$(MAJOR) $(B)/throttlectl \
-     $(if $(HTTP_SRC),$(B)/libthrottle-curl.a $(B)/libthrottle-curl.so.$(MAJOR))
+     $(B)/libthrottle-curl.a $(B)/libthrottle-curl.so.$(MAJOR) examples
 
 $(B)/obj/%.o: libthrottle/%.c $(CORE_HDR) $(wildcard $(HTTP_HDR)) | $(B)/obj
 	$(CC) $(CFLAGS_ALL) -DTHROTTLE_BUILDING -c -o $@ $<
@@ -86,6 +88,27 @@ $(B)/throttlectl: $(CTL_SRC) $(wildcard tools/ctl.h) $(B)/libthrottle.a $(if $(H
 $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a $(B)/throttlectl | $(B)/tests
 	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests -o $@ $< $(TEST_HELPERS) \
 	  $(B)/libthrottle-testing.a -lcmocka $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
+
+# ---- examples and the demo ----------------------------------------------
+
+# Built as a user of the installed library would build them: public
+# headers only, the static libraries, default visibility.
+EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
+
+examples: $(EXAMPLES)
+
+$(B)/examples:
+	mkdir -p $@
+
+$(B)/examples/%: examples/%.c include/throttle.h include/throttle_curl.h \
+                 $(B)/libthrottle-curl.a $(B)/libthrottle.a | $(B)/examples
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Iinclude $(CFLAGS) -o $@ $< \
+	  $(B)/libthrottle-curl.a $(B)/libthrottle.a $(LDLIBS_HTTP) $(LDLIBS_CORE)
+
+# The main job on a local mock server: naive loaders, then libthrottle.
+demo: deps
+	@$(MAKE) --no-print-directory B=$(B) all
+	@B=$(B) sh tools/demo.sh
 
 # ---- tests -------------------------------------------------------------
 
@@ -162,6 +185,13 @@ install: all
 	install -m 0755 $(B)/throttlectl $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
 	  libthrottle/libthrottle.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle.pc
+	install -m 0644 include/throttle_curl.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 $(B)/libthrottle-curl.a $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(B)/libthrottle-curl.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so.$(VERSION)
+	ln -sf libthrottle-curl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so.$(MAJOR)
+	ln -sf libthrottle-curl.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	  libthrottle/libthrottle-curl.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle-curl.pc
 
 clean:
 	rm -rf build

@@ -26,23 +26,36 @@
  *               (otherwise with zeros)
  *     bit 5     also run the setters (max parallel, pause, resume, cancel,
  *               clear, reset)
+ *     bit 6     keep the input's mutex bytes (otherwise they are
+ *               re-initialised; see "The mutex" below)
+ *     bit 7     try to enter before anything else looks at the key (the
+ *               peeks repair what they read, which would hide what the
+ *               admission path does with the raw record)
  *   byte 1  capacity 8 + byte % 57 (8 to 64 keys)
- *   byte 2  the outcome reported to throttle_leave() (any value, also
- *           invalid ones) and, in bit 7, the class
+ *   byte 2  bits 0-5: the outcome reported to throttle_leave() (any
+ *           value, also invalid ones); bit 6: also call the blocking
+ *           throttle_wait() and throttle_enter() with a 100 ms timeout on
+ *           one key (byte 3 picks it), which must return in bounded time;
+ *           bit 7: the class
  *   byte 3  a delay in seconds for throttle_backoff() / throttle_leave()
  *   then    the image, from offset 0 of the object
  *
  * The mutex.  glibc trusts the bytes of a pthread_mutex_t: a garbage
  * "kind" word selects the priority-protect or priority-inheritance code,
  * which aborts on an assertion (tpp.c: new_prio out of range,
- * pthread_mutex_trylock.c: robust).  The library refuses a mutex whose
- * kind is not the one it creates; to keep this harness about the table, the
- * valid-header mode re-initialises the mutex bytes, and fuzz_mutex.c fuzzes
- * the mutex bytes alone.  The raw modes keep the input's mutex bytes.
+ * pthread_mutex_trylock.c: robust) or spins forever; the library now
+ * refuses a mutex whose kind is not the one it creates.  Garbage that
+ * passes that check (a lock word that looks held) costs the lock timeout
+ * on every call, which would slow this harness to a few dozen inputs a
+ * second.  So the mutex bytes are re-initialised unless bit 6 says to keep
+ * them, and fuzz_mutex.c fuzzes the mutex bytes alone.
  *
- * A valid seed image (built by the library itself, with keys, a back-off,
- * a held slot, settings) is written to any empty corpus directory given on
- * the command line.
+ * Seeds: images built by the library itself (keys, a back-off, a held
+ * slot, settings) are written at start-up to any empty corpus directory on
+ * the command line, and, when several are given (`make fuzz` passes the
+ * working corpus first, then fuzz/corpus/segment), to the first one every
+ * time: the raw images match only the layout they were built with, and the
+ * layout fingerprint changes with struct throttle__rec.
  */
 #include "internal.h"
 
@@ -74,6 +87,8 @@ enum {
   M_INDEX = 1 << 3,
   M_REPEAT = 1 << 4,
   M_SETTERS = 1 << 5,
+  M_KEEP_MUTEX = 1 << 6,
+  M_ENTER_FIRST = 1 << 7,
 };
 #define PREFIX 4u
 #define MAX_IMAGE (1u << 20)
@@ -82,6 +97,9 @@ enum {
 
 static char shm_name[64];
 static int verbose; /* FUZZ_VERBOSE=1: say what each input opened as */
+/* Set by the first call that timed out on the mutex: every later call
+ * would wait out the same 50 ms for nothing new, so the input ends there. */
+static int stalled;
 
 /* ---- the layout, as segment.c computes it --------------------------- */
 
@@ -124,7 +142,6 @@ static void valid_header(unsigned char *img, uint32_t cap) {
   hdr->nbuckets = nb;
   hdr->record_size = sizeof(struct throttle__rec);
   hdr->records_off = (uint32_t)roff;
-  init_mutex(&hdr->mutex);
 }
 
 /* Bucket words for the well-formed records of a valid image. */
@@ -189,6 +206,8 @@ static throttle_config_t *config(void) {
 
 /* Errors any call on an attached handle may give for a damaged segment. */
 static int lock_error(int rc) {
+  if (rc == THROTTLE_ELOCKTIMEOUT)
+    stalled = 1;
   return rc == THROTTLE_ELOCKTIMEOUT || rc == THROTTLE_ECORRUPT;
 }
 
@@ -230,14 +249,48 @@ static int each(const throttle_info_t *info, void *arg) {
   return 0;
 }
 
+static void admit(throttle_t *h, const char *key, uint8_t ob,
+                  uint8_t delay_s) {
+  throttle_class_t cls =
+      (ob & 0x80) ? THROTTLE_CLASS_BACKFILL : THROTTLE_CLASS_LIVE;
+  throttle_ticket_t *t = NULL;
+  uint64_t wait_ms = 0;
+  int rc = throttle_try_enter(h, key, cls, &t, &wait_ms);
+  if (verbose)
+    fprintf(stderr, "try_enter %s: %s, wait %llu ms\n", key,
+            throttle_err_name(rc), (unsigned long long)wait_ms);
+  CHECK(rc == 0 || rc == THROTTLE_EWOULDBLOCK || rc == THROTTLE_EFULL ||
+            rc == THROTTLE_ECANCELED || lock_error(rc),
+        "try_enter: %s", throttle_err_name(rc));
+  CHECK(rc == 0 || wait_ms <= MAX_DELAY_MS,
+        "try_enter: wait hint %llu ms > max delay",
+        (unsigned long long)wait_ms);
+  if (rc == 0) {
+    CHECK(t != NULL, "admitted without a ticket");
+    rc = throttle_leave(h, t, (throttle_outcome_t)(ob & 0x3f),
+                        (uint64_t)delay_s * 1000);
+    CHECK(rc == 0 || rc == THROTTLE_EINVAL || rc == THROTTLE_EFULL ||
+              lock_error(rc),
+          "leave: %s", throttle_err_name(rc));
+  } else {
+    CHECK(t == NULL, "refused with a ticket");
+  }
+}
+
 static void exercise_key(throttle_t *h, const char *key, uint8_t ob,
-                         uint8_t delay_s, int setters) {
+                         uint8_t delay_s, int setters, int enter_first) {
+  if (enter_first)
+    admit(h, key, ob, delay_s);
+  if (stalled)
+    return;
   uint64_t ms = UINT64_MAX;
   int rc = throttle_remaining(h, key, &ms);
   CHECK(rc == 0 || lock_error(rc), "remaining: %s", throttle_err_name(rc));
   if (rc == 0)
     CHECK(ms <= MAX_DELAY_MS, "remaining %llu ms > max delay",
           (unsigned long long)ms);
+  if (stalled)
+    return;
 
   throttle_info_t *info = NULL;
   rc = throttle_info(h, key, &info);
@@ -248,32 +301,19 @@ static void exercise_key(throttle_t *h, const char *key, uint8_t ob,
     check_info(info);
   }
   throttle_info_free(info);
+  if (stalled)
+    return;
 
   rc = throttle_wait(h, key, 0);
   CHECK(rc == 0 || rc == THROTTLE_ETIMEDOUT || lock_error(rc), "wait: %s",
         throttle_err_name(rc));
+  if (stalled)
+    return;
 
-  throttle_class_t cls =
-      (ob & 0x80) ? THROTTLE_CLASS_BACKFILL : THROTTLE_CLASS_LIVE;
-  throttle_ticket_t *t = NULL;
-  uint64_t wait_ms = 0;
-  rc = throttle_try_enter(h, key, cls, &t, &wait_ms);
-  CHECK(rc == 0 || rc == THROTTLE_EWOULDBLOCK || rc == THROTTLE_EFULL ||
-            rc == THROTTLE_ECANCELED || lock_error(rc),
-        "try_enter: %s", throttle_err_name(rc));
-  CHECK(rc == 0 || wait_ms <= MAX_DELAY_MS,
-        "try_enter: wait hint %llu ms > max delay",
-        (unsigned long long)wait_ms);
-  if (rc == 0) {
-    CHECK(t != NULL, "admitted without a ticket");
-    rc = throttle_leave(h, t, (throttle_outcome_t)(ob & 0x7f),
-                        (uint64_t)delay_s * 1000);
-    CHECK(rc == 0 || rc == THROTTLE_EINVAL || rc == THROTTLE_EFULL ||
-              lock_error(rc),
-          "leave: %s", throttle_err_name(rc));
-  } else {
-    CHECK(t == NULL, "refused with a ticket");
-  }
+  if (!enter_first)
+    admit(h, key, ob, delay_s);
+  if (stalled)
+    return;
 
   rc = throttle_backoff(h, key, (uint64_t)delay_s * 1000);
   CHECK(rc == 0 || rc == THROTTLE_EFULL || lock_error(rc), "backoff: %s",
@@ -286,23 +326,59 @@ static void exercise_key(throttle_t *h, const char *key, uint8_t ob,
             (unsigned long long)ms);
   }
 
-  if (setters) {
+  if (setters && !stalled) {
     rc = throttle_set_max_parallel(h, key, delay_s % 34);
     CHECK(rc == 0 || rc == THROTTLE_EINVAL || rc == THROTTLE_EFULL ||
               lock_error(rc),
           "set_max_parallel: %s", throttle_err_name(rc));
+    if (stalled)
+      return;
     rc = throttle_pause(h, key);
     CHECK(rc == 0 || rc == THROTTLE_EFULL || lock_error(rc), "pause: %s",
           throttle_err_name(rc));
+    if (stalled)
+      return;
     rc = throttle_resume(h, key);
     CHECK(rc == 0 || rc == THROTTLE_ENOKEY || lock_error(rc), "resume: %s",
           throttle_err_name(rc));
+    if (stalled)
+      return;
     rc = throttle_cancel(h, key);
     CHECK(rc == 0 || rc == THROTTLE_ENOKEY || lock_error(rc), "cancel: %s",
           throttle_err_name(rc));
+    if (stalled)
+      return;
     rc = throttle_clear(h, key);
     CHECK(rc == 0 || rc == THROTTLE_ENOKEY || lock_error(rc), "clear: %s",
           throttle_err_name(rc));
+  }
+}
+
+/* The blocking calls on garbage: whatever the record says, they give up
+ * at their deadline (plus a lock timeout per look, and the jitter). */
+static void block(throttle_t *h, const char *key, uint8_t ob) {
+  throttle_class_t cls =
+      (ob & 0x80) ? THROTTLE_CLASS_BACKFILL : THROTTLE_CLASS_LIVE;
+  uint64_t t0 = throttle__mono_ns();
+  int rc = throttle_wait(h, key, 100);
+  CHECK(rc == 0 || rc == THROTTLE_ETIMEDOUT || lock_error(rc), "wait: %s",
+        throttle_err_name(rc));
+  uint64_t t1 = throttle__mono_ns();
+  CHECK(t1 - t0 < UINT64_C(2000000000), "throttle_wait(100 ms) took %llu ms",
+        (unsigned long long)((t1 - t0) / 1000000));
+  if (stalled)
+    return;
+  throttle_ticket_t *t = NULL;
+  rc = throttle_enter(h, key, cls, 100, &t);
+  CHECK(rc == 0 || rc == THROTTLE_ETIMEDOUT || rc == THROTTLE_EFULL ||
+            rc == THROTTLE_ECANCELED || lock_error(rc),
+        "enter: %s", throttle_err_name(rc));
+  uint64_t t2 = throttle__mono_ns();
+  CHECK(t2 - t1 < UINT64_C(2000000000), "throttle_enter(100 ms) took %llu ms",
+        (unsigned long long)((t2 - t1) / 1000000));
+  if (rc == 0) {
+    rc = throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+    CHECK(rc == 0 || lock_error(rc), "leave: %s", throttle_err_name(rc));
   }
 }
 
@@ -319,7 +395,8 @@ static int rec_key(const throttle_t *h, uint32_t i, char *out) {
   return 1;
 }
 
-static void exercise(throttle_t *h, const uint8_t *p, int setters) {
+static void exercise(throttle_t *h, const uint8_t *p, int setters,
+                     int enter_first) {
   char k0[THROTTLE__KEY_MAX + 1], k1[THROTTLE__KEY_MAX + 1];
   const char *keys[6] = {"orders", "a", "hotdata:ws1/orders"};
   size_t n = 3;
@@ -334,9 +411,15 @@ static void exercise(throttle_t *h, const uint8_t *p, int setters) {
   CHECK(rc == 0 || lock_error(rc), "stats: %s", throttle_err_name(rc));
   if (rc == 0)
     CHECK(cap == h->capacity, "stats capacity %u", cap);
+  if (stalled)
+    return;
 
-  for (size_t i = 0; i < n; i++)
-    exercise_key(h, keys[i], p[2], p[3], setters);
+  if (p[2] & 0x40)
+    block(h, keys[p[3] % n], p[2]);
+  for (size_t i = 0; i < n && !stalled; i++)
+    exercise_key(h, keys[i], p[2], p[3], setters, enter_first);
+  if (stalled)
+    return;
 
   unsigned seen = 0;
   rc = throttle_foreach(h, each, &seen);
@@ -344,7 +427,7 @@ static void exercise(throttle_t *h, const uint8_t *p, int setters) {
         throttle_err_name(rc));
   CHECK(seen <= h->capacity, "foreach saw %u keys of %u", seen, h->capacity);
 
-  if (setters) {
+  if (setters && !stalled) {
     rc = throttle_reset(h);
     CHECK(rc == 0 || lock_error(rc), "reset: %s", throttle_err_name(rc));
   }
@@ -405,9 +488,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (img_size > MAX_IMAGE)
     img_size = MAX_IMAGE;
 
-  unsigned char *img = calloc(1, img_size ? img_size : 1);
+  /* Aligned as the mapping is (the header has 64-byte members). */
+  size_t alloc = (img_size + THROTTLE__CACHELINE) & ~(size_t)(THROTTLE__CACHELINE - 1);
+  unsigned char *img = aligned_alloc(THROTTLE__CACHELINE, alloc);
   if (img == NULL)
     return 0;
+  memset(img, 0, alloc);
   if (n > 0) {
     size_t step = n < img_size ? n : img_size;
     memcpy(img, in, step);
@@ -420,6 +506,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (mode & M_INDEX)
       index_records(img);
   }
+  if (!(mode & M_KEEP_MUTEX) &&
+      img_size >= offsetof(struct throttle__hdr, mutex) + sizeof(pthread_mutex_t))
+    init_mutex(&((struct throttle__hdr *)img)->mutex);
 
   if (write_object(img, img_size) != 0) {
     free(img);
@@ -428,6 +517,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   free(img);
 
+  stalled = 0;
   throttle_config_t *cfg = config();
   throttle_t *h = NULL;
   int rc = throttle_open(cfg, &h);
@@ -446,7 +536,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t tail = (page - h->size % page) % page;
     if (tail)
       ASAN_POISON_MEMORY_REGION((char *)h->base + h->size, tail);
-    exercise(h, data, (mode & M_SETTERS) != 0);
+    exercise(h, data, (mode & M_SETTERS) != 0, (mode & M_ENTER_FIRST) != 0);
     if (tail)
       ASAN_UNPOISON_MEMORY_REGION((char *)h->base + h->size, tail);
     throttle_close(h);
@@ -550,9 +640,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(shm_name, sizeof shm_name, "/throttle-fuzz-%d", (int)getpid());
   remove_stale_objects();
   verbose = getenv("FUZZ_VERBOSE") != NULL;
+  int first = 0, ndirs = 0;
+  for (int i = 1; i < *argc; i++) {
+    struct stat st;
+    if ((*argv)[i][0] != '-' && stat((*argv)[i], &st) == 0 &&
+        S_ISDIR(st.st_mode) && ndirs++ == 0)
+      first = i;
+  }
   for (int i = 1; i < *argc; i++) {
     const char *a = (*argv)[i];
-    if (a[0] == '-' || !dir_is_empty(a))
+    if (a[0] == '-' || !(dir_is_empty(a) || (i == first && ndirs > 1)))
       continue;
     size_t len;
     unsigned char *img = real_image(&len);
@@ -561,6 +658,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                THROTTLE_OUTCOME_OK, img, len);
     write_seed(a, "real-raw-setters", M_SETTERS,
                0x80 | THROTTLE_OUTCOME_UNAVAILABLE, img, len);
+    write_seed(a, "real-valid-blocking", M_VALID | M_INDEX | M_ENTER_FIRST,
+               0x40 | THROTTLE_OUTCOME_LOCKED, img, len);
     /* A header only: the size taken from its own fields. */
     write_seed(a, "header-only-size-from-header", 1, 0, img,
                (size_t)hdr_size());

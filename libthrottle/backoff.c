@@ -52,6 +52,11 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
     uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
     if (!throttle__seq_still(h, seq))
       continue;
+    /* Further out than the maximum delay: only a writer that ignored the
+     * clamp puts it there.  Pull the stored value in under the mutex, or a
+     * waiter would sleep one maximum delay after another towards it. */
+    if (v != 0 && v > throttle__sat_add(throttle__now_ns(), h->max_delay_ns))
+      break;
     *nb = v;
     *rec = r;
     if (epoch != NULL)
@@ -65,7 +70,7 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
       throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
   if (r != NULL)
     e = atomic_load_explicit(&r->epoch, memory_order_relaxed);
-  *nb = r ? atomic_load_explicit(&r->not_before, memory_order_relaxed) : 0;
+  *nb = r ? throttle__clamp_nb_locked(h, r, throttle__now_ns()) : 0;
   *rec = r;
   if (epoch != NULL)
     *epoch = e;
@@ -284,8 +289,13 @@ THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
 
 static void snapshot(const throttle_t *h, const struct throttle__rec *r,
                      uint64_t now, throttle_info_t *out) {
-  memcpy(out->key, r->key, r->key_len);
-  out->key[r->key_len] = 0;
+  /* Shared memory a writer may change under us even with the mutex held:
+   * read the length once and bound it. */
+  size_t klen = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  if (klen > THROTTLE__KEY_MAX)
+    klen = THROTTLE__KEY_MAX;
+  memcpy(out->key, r->key, klen);
+  out->key[klen] = 0;
   uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
   int64_t *f = out->field;
   f[THROTTLE_FIELD_REMAINING_MS] = (int64_t)ms_left(h, nb, now);
@@ -389,16 +399,21 @@ THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
       free(all);
       return rc;
     }
-    if (h->hdr->used <= room)
+    /* used is shared memory: past the capacity it is garbage, and the
+     * scan below is bounded by room anyway. */
+    if (h->hdr->used <= room || room >= h->capacity)
       break;
     room = (size_t)h->hdr->used + 64;
     throttle__unlock(h);
   }
   uint64_t now = throttle__now_ns();
   n = 0;
+  /* Only well-formed keys (as the rebuild in table.c judges them): a key
+   * with a NUL in it would be reported cut short, as "" or as another key. */
   for (uint32_t i = 0; i < h->capacity && n < room; i++)
     if (h->recs[i].state == THROTTLE__REC_USED &&
-        h->recs[i].key_len >= 1 && h->recs[i].key_len <= THROTTLE__KEY_MAX)
+        h->recs[i].key_len >= 1 && h->recs[i].key_len <= THROTTLE__KEY_MAX &&
+        memchr(h->recs[i].key, 0, h->recs[i].key_len) == NULL)
       snapshot(h, &h->recs[i], now, &all[n++]);
   throttle__unlock(h);
   qsort(all, n, sizeof *all, by_key);

@@ -167,8 +167,8 @@ bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
 void throttle__open_locked(struct throttle__rec *r) {
   atomic_store_explicit(&r->not_before, 0, memory_order_release);
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-  r->flags &= (uint16_t)~THROTTLE__REC_EPISODE;
-  r->probe_ticket = 0;
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
+  __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   sat_inc(&r->clears);
 }
 
@@ -188,7 +188,7 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   uint64_t want = throttle__sat_add(now, delay_ns);
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);
-  r->flags |= THROTTLE__REC_EPISODE;
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
   r->last_pid = (uint32_t)getpid();
@@ -212,7 +212,7 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
       probe_found = true;
   }
   if (!probe_found)
-    r->probe_ticket = 0;
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   if (r->fixed_cap > THROTTLE__SLOTS)
     r->fixed_cap = THROTTLE__SLOTS;
   if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
@@ -297,7 +297,8 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
     if (s->state == THROTTLE__SLOT_HOLDING) {
       sat_inc(&r->reclaims);
       if (s->ticket == r->probe_ticket) {
-        r->probe_ticket = 0; /* the next waiter probes */
+        /* the next waiter probes */
+        __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
         atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
       }
     }
@@ -346,7 +347,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
           r->slot[i].ticket == r->probe_ticket)
         out = true;
     if (!out)
-      r->probe_ticket = 0;
+      __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
   uint32_t cap = cap_of(r);
   uint32_t holders = count(r, THROTTLE__SLOT_HOLDING, -1);
@@ -368,6 +369,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     }
     rate_take(r, now);
     s->state = THROTTLE__SLOT_HOLDING;
+    THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
     s->since_ns = now;
     holders++;
     s->concurrent = (uint8_t)holders;
@@ -377,7 +379,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     sat_inc(&r->admitted);
     if (r->flags & THROTTLE__REC_EPISODE) {
       s->probe = 1;
-      r->probe_ticket = s->ticket;
+      __atomic_store_n(&r->probe_ticket, s->ticket, __ATOMIC_RELEASE);
       sat_inc(&r->probes);
     }
     bump(s);
@@ -394,6 +396,8 @@ static void learn_locked(struct throttle__rec *r, throttle_outcome_t outcome,
     return;
   if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
     r->auto_cap = 1;
+  if (r->auto_fails > MAX_AUTO_FAILS) /* shared memory: a shift count below */
+    r->auto_fails = MAX_AUTO_FAILS;
   if (outcome == THROTTLE_OUTCOME_OK) {
     /* Only a success at the cap says anything about a larger one: a fleet
      * that never fills its cap must not grow it without bound. */
@@ -535,8 +539,10 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       return 0;
     }
     /* Not admitted (yet).  A not-before beyond the deadline cannot be
-     * waited out: say so now rather than sleep to the deadline. */
-    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+     * waited out: say so now rather than sleep to the deadline.  Clamped:
+     * grant_locked() returns before clamping for a paused key, and a
+     * stored not-before past the maximum delay would become the hint. */
+    uint64_t nb = throttle__clamp_nb_locked(h, r, now);
     if (nowait || now >= deadline || (nb > now && nb > deadline)) {
       if (s != NULL)
         free_slot(s);
@@ -631,13 +637,14 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
     if (s != NULL)
       free_slot(s);
     if (probe) {
-      r->probe_ticket = 0;
+      __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
       /* throttle_wait() callers sleep on the epoch for the probe's answer */
       atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
       throttle__futex_wake(&r->epoch);
     }
     if (outcome == THROTTLE_OUTCOME_OK && probe)
-      r->flags &= (uint16_t)~THROTTLE__REC_EPISODE; /* the lock is free */
+      /* the lock is free */
+      throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
     if (outcome == THROTTLE_OUTCOME_LOCKED)
       sat_inc(&r->locked);
     if (outcome == THROTTLE_OUTCOME_PERMANENT)
@@ -651,6 +658,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
     }
     learn_locked(r, outcome, others, concurrent);
     r->last_use_ns = now;
+    THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
     uint64_t next;
     grant_locked(h, r, now, &w, &next);
   }

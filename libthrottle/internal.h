@@ -98,13 +98,16 @@ struct throttle__slot {
 
 /* One key.  Line 0 holds what the lock-free path reads. */
 struct throttle__rec {
+  /* Read without the mutex (written with atomic stores under it): */
   _Atomic uint64_t not_before; /* ns on the throttle clock; 0 = open */
   _Atomic uint32_t epoch;      /* futex word: bumped when waiters must look */
-  uint32_t state;              /* THROTTLE__REC_FREE / _USED */
-  uint32_t hash;               /* low half of the key's hash */
+  uint16_t flags;              /* THROTTLE__REC_* */
   uint16_t key_len;
-  uint16_t flags;
-  /* The key follows at once, so a lookup of a key up to 40 bytes touches
+  uint64_t probe_ticket; /* 0 = no probe out */
+  /* Written and read under the mutex only, from here on: */
+  uint32_t state; /* THROTTLE__REC_FREE / _USED */
+  uint32_t hash;  /* low half of the key's hash */
+  /* The key follows at once, so a lookup of a key up to 32 bytes touches
    * one cache line of the record (the not-before is in it too). */
   char key[THROTTLE__KEY_MAX + 1];
   uint32_t next_free; /* free list link, record index + 1 */
@@ -126,7 +129,6 @@ struct throttle__rec {
   /* State: */
   uint64_t rate_tat_ns; /* GCRA theoretical arrival time */
   uint64_t next_ticket;
-  uint64_t probe_ticket; /* 0 = no probe out */
   uint64_t last_reap_ns;
   uint32_t auto_cap;      /* learned cap, 1..THROTTLE__SLOTS */
   uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
@@ -148,6 +150,16 @@ enum {
   THROTTLE__REC_PAUSED = 1u << 1,
   THROTTLE__REC_SHARE_SET = 1u << 2, /* share_permille is explicit */
 };
+
+/* flags and probe_ticket are read without the mutex (throttle_wait), so
+ * their writers, who hold it, store atomically. */
+static inline void throttle__rec_flags(struct throttle__rec *r, uint16_t bit,
+                                       bool on) {
+  if (on)
+    __atomic_fetch_or(&r->flags, bit, __ATOMIC_RELEASE);
+  else
+    __atomic_fetch_and(&r->flags, (uint16_t)~bit, __ATOMIC_RELEASE);
+}
 
 struct throttle_config {
   char *segment;

@@ -138,6 +138,22 @@ static void bind_handle(throttle_t *h, void *base, size_t size) {
   h->recs = (struct throttle__rec *)((char *)base + h->hdr->records_off);
 }
 
+static int init_mutex(pthread_mutex_t *m, int pshared) {
+  pthread_mutexattr_t ma;
+  int rc = pthread_mutexattr_init(&ma);
+  if (rc == 0)
+    rc = pthread_mutexattr_setpshared(
+        &ma, pshared ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE);
+  if (rc == 0)
+    rc = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+  if (rc == 0)
+    rc = pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_NONE);
+  if (rc == 0)
+    rc = pthread_mutex_init(m, &ma);
+  pthread_mutexattr_destroy(&ma);
+  return rc;
+}
+
 /* Build a fresh segment image in base (zero-filled or not). */
 static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
   uint32_t nb;
@@ -159,18 +175,7 @@ static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
   hdr->created_ns = throttle__now_ns();
   hdr->creator_pid = (uint32_t)getpid();
 
-  pthread_mutexattr_t ma;
-  int rc = pthread_mutexattr_init(&ma);
-  if (rc == 0)
-    rc = pthread_mutexattr_setpshared(
-        &ma, pshared ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE);
-  if (rc == 0)
-    rc = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-  if (rc == 0)
-    rc = pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_NONE);
-  if (rc == 0)
-    rc = pthread_mutex_init(&hdr->mutex, &ma);
-  pthread_mutexattr_destroy(&ma);
+  int rc = init_mutex(&hdr->mutex, pshared);
   if (rc != 0)
     return throttle__fail(h, THROTTLE_ESYS, "%s: pthread_mutex_init: %s",
                           h->name, strerror(rc));
@@ -253,7 +258,18 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
       bind_handle(h, base, size);
       return 0;
     }
-    /* Magic 0: a creator died before finishing.  Rebuild it. */
+    /* Magic 0: a creator died before finishing (or a writer zeroed it
+     * under live users).  Rebuild it, never smaller: processes that still
+     * map it would fault (SIGBUS) past a new end.  When this opener's
+     * capacity would shrink it, keep the one its header describes. */
+    uint32_t c = hdr->capacity, cnb;
+    uint64_t croff, ctotal;
+    layout_sizes(capacity, &cnb, &croff, &ctotal);
+    if (ctotal < size && c >= 1 && c <= THROTTLE__MAX_CAPACITY) {
+      layout_sizes(c, &cnb, &croff, &ctotal);
+      if (ctotal == size)
+        capacity = c;
+    }
     munmap(base, size);
   }
   uint32_t nb;
@@ -264,8 +280,10 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
     return sys_fail(h, "ftruncate", errno);
   int e = posix_fallocate(fd, 0, (off_t)total);
   if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
-    int ignored = ftruncate(fd, 0);
-    (void)ignored;
+    if (size == 0) { /* never shrink what others may map */
+      int ignored = ftruncate(fd, 0);
+      (void)ignored;
+    }
     return sys_fail(h, "posix_fallocate", e);
   }
   void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -313,7 +331,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
       return throttle__fail(h, THROTTLE_EOWNER,
                             "%s: permission denied: the segment belongs to "
                             "another user; set THROTTLE_SEGMENT to another "
-                            "name",
+                            "name, or have its owner remove it "
+                            "(throttlectl rm)",
                             h->name);
     if (e == ENOENT && (h->flags & THROTTLE_NO_CREATE))
       return throttle__fail(h, THROTTLE_ESHM, "%s does not exist", h->name);
@@ -390,7 +409,43 @@ static int lock_timed(throttle_t *h) {
   return LOCK_MUTEX(&h->hdr->mutex, &ts);
 }
 
+/* glibc picks a mutex's code path from its "kind" word and trusts it: in a
+ * damaged segment a garbage kind selects the priority-protect or
+ * priority-inheritance code, which aborts on an assertion or spins forever
+ * (found by fuzz/fuzz_mutex.c).  The mutex is shared memory, hence input
+ * (I8): refuse one whose kind is not what init_mutex() writes.  A writer
+ * that changes it between this check and the lock still gets through; a
+ * damaged segment does not.  Returns 1 (and the kind found in *kind) when
+ * the kind is wrong; 0 when it is right, or the C library is not glibc. */
+static int mutex_kind_bad(const throttle_t *h, int *kind) {
+#ifdef __GLIBC__
+  static _Atomic int expected[2]; /* by pshared; 0 = not computed yet */
+  int ps = h->shared ? 1 : 0;
+  int want = atomic_load_explicit(&expected[ps], memory_order_relaxed);
+  if (want == 0) {
+    pthread_mutex_t ref;
+    if (init_mutex(&ref, ps) != 0)
+      return 0;
+    want = ref.__data.__kind;
+    pthread_mutex_destroy(&ref);
+    atomic_store_explicit(&expected[ps], want, memory_order_relaxed);
+  }
+  *kind = h->hdr->mutex.__data.__kind;
+  return *kind != want;
+#else
+  (void)h;
+  (void)kind;
+  return 0;
+#endif
+}
+
 int throttle__lock(throttle_t *h) {
+  int kind;
+  if (mutex_kind_bad(h, &kind))
+    return throttle__fail(h, THROTTLE_ECORRUPT,
+                          "%s: mutex damaged (kind 0x%x); remove the segment "
+                          "(throttlectl rm)",
+                          h->name, (unsigned)kind);
   /* Uncontended, the common case: no deadline to compute, no clock read. */
   int rc = pthread_mutex_trylock(&h->hdr->mutex);
   if (rc == EBUSY)

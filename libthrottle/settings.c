@@ -76,7 +76,7 @@ THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
 
 static void set_share(struct throttle__rec *r, const void *arg) {
   r->share_permille = *(const uint32_t *)arg;
-  r->flags |= THROTTLE__REC_SHARE_SET;
+  throttle__rec_flags(r, THROTTLE__REC_SHARE_SET, true);
 }
 
 THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
@@ -92,9 +92,9 @@ THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
 
 static void set_paused(struct throttle__rec *r, const void *arg) {
   if (*(const int *)arg)
-    r->flags |= THROTTLE__REC_PAUSED;
+    throttle__rec_flags(r, THROTTLE__REC_PAUSED, true);
   else
-    r->flags &= (uint16_t)~THROTTLE__REC_PAUSED;
+    throttle__rec_flags(r, THROTTLE__REC_PAUSED, false);
 }
 
 THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key) {

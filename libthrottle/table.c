@@ -81,16 +81,22 @@ key_matches(const struct throttle__rec *r, const char *key, size_t len) {
 }
 
 /* Zero a record except its futex word, which must keep moving for sleepers.
- * The not-before is cleared with an atomic store: lock-free readers load it
- * while the sequence is odd (and then discard what they read), and a plain
- * store there would be a data race. */
+ * The words before `state` are read without the mutex (a lock-free reader
+ * may still look at a record being recycled, and then discards what it
+ * read): they are cleared with atomic stores, since plain ones there would
+ * be data races. */
 static void wipe_rec(struct throttle__rec *r) {
   _Static_assert(offsetof(struct throttle__rec, not_before) <
                          offsetof(struct throttle__rec, state) &&
-                     offsetof(struct throttle__rec, epoch) <
+                     offsetof(struct throttle__rec, probe_ticket) <
+                         offsetof(struct throttle__rec, state) &&
+                     offsetof(struct throttle__rec, key_len) <
                          offsetof(struct throttle__rec, state),
-                 "the atomic words come first");
+                 "the lock-free words come first");
   atomic_store_explicit(&r->not_before, 0, memory_order_relaxed);
+  __atomic_store_n(&r->flags, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&r->key_len, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELAXED);
   memset((char *)r + offsetof(struct throttle__rec, state), 0,
          sizeof *r - offsetof(struct throttle__rec, state));
 }
@@ -166,8 +172,11 @@ bool throttle__seq_still(const throttle_t *h, uint32_t seq) {
   return atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) == seq;
 }
 
+/* The bucket holding key, or -1; *rec (may be NULL) gets the record index
+ * it names, as checked: the bucket is shared memory, and read again it
+ * could name anything. */
 static int32_t find_bucket_locked(throttle_t *h, const char *key, size_t len,
-                                  uint64_t hash) {
+                                  uint64_t hash, uint32_t *rec) {
   uint32_t tag = (uint32_t)hash;
   uint32_t pos = (uint32_t)(hash >> 32) & h->bucket_mask;
   for (uint32_t i = 0; i < THROTTLE__MAX_PROBE; i++) {
@@ -179,19 +188,21 @@ static int32_t find_bucket_locked(throttle_t *h, const char *key, size_t len,
       continue;
     uint32_t ri = (uint32_t)b - 1;
     if (ri < h->capacity && h->recs[ri].state == THROTTLE__REC_USED &&
-        key_matches(&h->recs[ri], key, len))
+        key_matches(&h->recs[ri], key, len)) {
+      if (rec != NULL)
+        *rec = ri;
       return (int32_t)bi;
+    }
   }
   return -1;
 }
 
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash) {
-  int32_t bi = find_bucket_locked(h, key, len, hash);
-  if (bi < 0)
+  uint32_t ri;
+  if (find_bucket_locked(h, key, len, hash, &ri) < 0)
     return NULL;
-  uint64_t b = atomic_load_explicit(&h->buckets[bi], memory_order_relaxed);
-  return &h->recs[(uint32_t)b - 1];
+  return &h->recs[ri];
 }
 
 static void seq_begin(throttle_t *h) {
@@ -230,21 +241,19 @@ static void rebuild_locked(throttle_t *h) {
   h->hdr->free_head = 0;
   for (uint32_t i = h->capacity; i-- > 0;) {
     struct throttle__rec *r = &h->recs[i];
-    int ok = r->state == THROTTLE__REC_USED && r->key_len >= 1 &&
-             r->key_len <= THROTTLE__KEY_MAX &&
-             memchr(r->key, 0, r->key_len) == NULL;
+    /* key_len read once: a writer may change it under the mutex. */
+    size_t kl = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+    int ok = r->state == THROTTLE__REC_USED && kl >= 1 &&
+             kl <= THROTTLE__KEY_MAX && memchr(r->key, 0, kl) == NULL;
     if (ok) {
-      r->key[r->key_len] = 0;
-      uint64_t hash = throttle__hash(h->seed, r->key, r->key_len);
+      r->key[kl] = 0;
+      uint64_t hash = throttle__hash(h->seed, r->key, kl);
       r->hash = (uint32_t)hash;
-      int32_t dup = find_bucket_locked(h, r->key, r->key_len, hash);
-      if (dup >= 0) {
+      uint32_t ki;
+      if (find_bucket_locked(h, r->key, kl, hash, &ki) >= 0) {
         /* The same key twice (a writer died mid-insert, or a bad writer):
          * keep one, with the later not-before of the two (never early). */
-        struct throttle__rec *keep =
-            &h->recs[(uint32_t)atomic_load_explicit(&h->buckets[dup],
-                                                    memory_order_relaxed) -
-                     1];
+        struct throttle__rec *keep = &h->recs[ki];
         uint64_t nb =
             atomic_load_explicit(&r->not_before, memory_order_relaxed);
         if (nb > atomic_load_explicit(&keep->not_before, memory_order_relaxed))
@@ -326,9 +335,10 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
    * record (and the mapping).  Such a record has no findable bucket; a
    * stale one pointing at it matches no key and goes at the next rebuild. */
   int32_t bi = -1;
-  if (r->key_len >= 1 && r->key_len <= THROTTLE__KEY_MAX)
-    bi = find_bucket_locked(h, r->key, r->key_len,
-                            throttle__hash(h->seed, r->key, r->key_len));
+  size_t kl = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED); /* once */
+  if (kl >= 1 && kl <= THROTTLE__KEY_MAX)
+    bi = find_bucket_locked(h, r->key, kl, throttle__hash(h->seed, r->key, kl),
+                            NULL);
   if (bi >= 0) {
     atomic_store_explicit(&h->buckets[bi], THROTTLE__TOMB,
                           memory_order_release);
@@ -383,7 +393,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   r->state = THROTTLE__REC_USED;
   if (place_bucket(h, hash, idx) != 0) {
     rebuild_locked(h); /* sweeps tombstones, places r too */
-    if (find_bucket_locked(h, key, len, hash) < 0) {
+    if (find_bucket_locked(h, key, len, hash, NULL) < 0) {
       wipe_rec(r);
       r->next_free = h->hdr->free_head;
       h->hdr->free_head = idx + 1;

@@ -3,18 +3,21 @@
  *
  *   torture [--kills N] [--workers W] [--keys K] [--witnesses V] [--seed S]
  *
- * W worker processes (default 8) run random operations (enter/leave with every outcome,
- * try_enter, backoff, wait, remaining, clear, set_max_parallel, info,
- * foreach, cancel, pause+resume) on K keys whose caps are fixed at 1, 2, 3
- * and "auto" in turn.  The parent SIGKILLs a random worker every 1 to 5 ms
- * and starts a fresh one in its place, until N kills (default 2000).  The
- * first V workers (default 2) are witnesses, never killed: a victim lives
- * some 30 ms, too short for any bound to catch it hanging, so it is the
- * witnesses, working through everything the victims leave behind (dead
- * holders, dead probes, a mutex to repair), that show whether a crash
- * blocks anyone beyond a bounded time (I6).  What is checked, by
- * the workers and by the parent, outside the library's own bookkeeping
- * (in an anonymous shared mapping the library never sees):
+ * W worker processes (default 8) run random operations on K keys (default
+ * 4) whose caps are fixed at 1, 2, 3 and "auto" in turn: enter/leave with
+ * every outcome, try_enter, backoff, wait, remaining, clear,
+ * set_max_parallel, info, foreach, cancel, pause+resume, and bursts of the
+ * quick ones that take the mutex, so that kills land inside the critical
+ * section often (the repairs figure counts them).  The parent SIGKILLs a
+ * random worker every 1 to 5 ms and starts a fresh one in its place, until
+ * N kills (default 2000; 200 for a quick run).  The first V workers
+ * (default 2) are witnesses, never killed: a victim lives some 30 ms, too
+ * short for any bound to catch it hanging, so it is the witnesses, working
+ * through everything the victims leave behind (dead holders, dead probes,
+ * a mutex to repair), that show whether a crash blocks anyone beyond a
+ * bounded time (I6).  Checked by the workers and the parent, outside the
+ * library's own bookkeeping (in an anonymous shared mapping the library
+ * never sees):
  *
  *   hangs           an operation ran past its bound: an enter or wait with
  *                   timeout T must return within T + 2 s, anything else
@@ -60,22 +63,50 @@
 #define MAX_WORKERS 64
 #define MAX_KEYS 16
 #define NS_PER_MS UINT64_C(1000000)
-#define SLACK_NS (2000 * NS_PER_MS)  /* enter/wait: timeout + this */
-#define BOUND_NS (3000 * NS_PER_MS)  /* every other operation */
-#define TOL_NS NS_PER_MS             /* early-check tolerance */
+#define SLACK_NS (2000 * NS_PER_MS) /* enter/wait: timeout + this */
+#define BOUND_NS (3000 * NS_PER_MS) /* every other operation */
+#define TOL_NS NS_PER_MS            /* early-check tolerance */
 #define LEASE_MS 2000u
 #define LOCK_TIMEOUT_MS 1000u
 #define MAX_DELAY_MS 10000u
 
 enum op {
-  OP_IDLE, OP_OPEN, OP_ENTER, OP_TRY, OP_HOLD, OP_LEAVE, OP_BACKOFF, OP_WAIT,
-  OP_REMAINING, OP_CLEAR, OP_SETCAP, OP_INFO, OP_FOREACH, OP_CANCEL,
-  OP_PAUSE, OP_STATS, OP_CLOSE, OP_COUNT_
+  OP_IDLE,
+  OP_OPEN,
+  OP_ENTER,
+  OP_TRY,
+  OP_HOLD,
+  OP_LEAVE,
+  OP_BACKOFF,
+  OP_WAIT,
+  OP_REMAINING,
+  OP_CLEAR,
+  OP_SETCAP,
+  OP_INFO,
+  OP_FOREACH,
+  OP_CANCEL,
+  OP_PAUSE,
+  OP_STATS,
+  OP_CLOSE,
+  OP_COUNT_
 };
-static const char *const op_name[OP_COUNT_] = {
-    "idle",   "open",   "enter",     "try_enter", "hold",   "leave",
-    "backoff", "wait",  "remaining", "clear",     "set_max_parallel",
-    "info",   "foreach", "cancel",   "pause+resume", "stats", "close"};
+static const char *const op_name[OP_COUNT_] = {"idle",
+                                               "open",
+                                               "enter",
+                                               "try_enter",
+                                               "hold",
+                                               "leave",
+                                               "backoff",
+                                               "wait",
+                                               "remaining",
+                                               "clear",
+                                               "set_max_parallel",
+                                               "info",
+                                               "foreach",
+                                               "cancel",
+                                               "pause+resume",
+                                               "stats",
+                                               "close"};
 
 /* One worker's state as the parent sees it. */
 struct worker {
@@ -96,7 +127,7 @@ struct worker {
  * could have wiped it, and every check sees only such records. */
 struct key {
   char name[32];
-  int cap; /* 0 = auto */
+  int cap;                   /* 0 = auto */
   _Atomic uint64_t holders;  /* bit w: worker w holds it */
   _Atomic uint64_t clearing; /* bit w: worker w is clearing it */
   _Atomic uint32_t gen;
@@ -388,8 +419,9 @@ static void check_info(throttle_t *h, int k) {
   int64_t cap = throttle_info_get(info, THROTTLE_FIELD_CAP);
   if (S->k[k].cap > 0 && (cap != S->k[k].cap || in > cap)) {
     bump(&S->cap_violations);
-    fprintf(stderr, "torture: CAP: %s: library in_flight %" PRId64
-            " cap %" PRId64 " (fixed %d)\n",
+    fprintf(stderr,
+            "torture: CAP: %s: library in_flight %" PRId64 " cap %" PRId64
+            " (fixed %d)\n",
             S->k[k].name, in, cap, S->k[k].cap);
   }
   throttle_info_free(info);
@@ -490,8 +522,8 @@ static void one_op(throttle_t *h, int k, unsigned p, uint64_t *rsp) {
 
 /* The operations that take the mutex and return at once: run back to back,
  * they put a kill inside the critical section far more often. */
-static const unsigned fast_ops[] = {350, 350, 400, 400, 400, 600, 600, 760,
-                                    790, 790, 930, 730};
+static const unsigned fast_ops[] = {350, 350, 400, 400, 400, 600,
+                                    600, 760, 790, 790, 930, 730};
 
 static int worker_main(uint64_t seed) {
   signal(SIGINT, SIG_IGN); /* the parent decides when workers end */
@@ -560,8 +592,8 @@ static void buried(int w, int st) {
   if (!(killed && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) &&
       !(WIFEXITED(st) && WEXITSTATUS(st) == 0 && atomic_load(&S->stop))) {
     crashes++;
-    fprintf(stderr, "torture: worker %d (pid %d) ended on its own: %s %d\n",
-            w, atomic_load(&S->w[w].pid),
+    fprintf(stderr, "torture: worker %d (pid %d) ended on its own: %s %d\n", w,
+            atomic_load(&S->w[w].pid),
             WIFSIGNALED(st) ? "signal" : "exit status",
             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
   }
@@ -623,10 +655,12 @@ static void dump_key(throttle_t *h, int k) {
   int64_t pid, age;
   throttle_class_t cls;
   int probe;
-  for (size_t i = 0; throttle_info_holder(info, i, &pid, &age, &cls, &probe) == 0;
-       i++)
-    fprintf(stderr, "torture:     holder pid %" PRId64 " age %" PRId64
-            " ms class %d probe %d\n", pid, age, (int)cls, probe);
+  for (size_t i = 0;
+       throttle_info_holder(info, i, &pid, &age, &cls, &probe) == 0; i++)
+    fprintf(stderr,
+            "torture:     holder pid %" PRId64 " age %" PRId64
+            " ms class %d probe %d\n",
+            pid, age, (int)cls, probe);
   throttle_info_free(info);
 }
 
@@ -642,8 +676,10 @@ static void check_hangs(uint64_t *rs) {
       continue; /* it just finished */
     int op = atomic_load(&S->w[w].op), k = atomic_load(&S->w[w].key);
     bump(&S->hangs);
-    fprintf(stderr, "torture: HANG: worker %d (pid %d) in %s(%s) past its "
-            "bound\n", w, pid, op >= 0 && op < OP_COUNT_ ? op_name[op] : "?",
+    fprintf(stderr,
+            "torture: HANG: worker %d (pid %d) in %s(%s) past its "
+            "bound\n",
+            w, pid, op >= 0 && op < OP_COUNT_ ? op_name[op] : "?",
             k >= 0 && k < nkeys ? S->k[k].name : "-");
     if (k >= 0 && k < nkeys)
       dump_key(ph, k);
@@ -697,9 +733,10 @@ static uint64_t reclaim_all(uint64_t killed_at) {
         throttle_leave(ph, t, THROTTLE_OUTCOME_OK, 0);
       if (mono_ns() - t0 > 100 * NS_PER_MS + SLACK_NS) {
         bump(&S->hangs);
-        fprintf(stderr, "torture: HANG: the final enter+leave of %s took "
-                "%.0f ms (timeout 100 ms)\n", S->k[k].name,
-                (double)(mono_ns() - t0) / 1e6);
+        fprintf(stderr,
+                "torture: HANG: the final enter+leave of %s took "
+                "%.0f ms (timeout 100 ms)\n",
+                S->k[k].name, (double)(mono_ns() - t0) / 1e6);
       }
       if (busy_slots(k) == 0) {
         clean[k] = true;
@@ -710,8 +747,10 @@ static uint64_t reclaim_all(uint64_t killed_at) {
   }
   for (int k = 0; k < nkeys; k++)
     if (!clean[k]) {
-      fprintf(stderr, "torture: UNRECLAIMED: %s: %d slots still taken %.0f ms "
-              "after every worker died\n", S->k[k].name, busy_slots(k),
+      fprintf(stderr,
+              "torture: UNRECLAIMED: %s: %d slots still taken %.0f ms "
+              "after every worker died\n",
+              S->k[k].name, busy_slots(k),
               (double)(mono_ns() - killed_at) / 1e6);
       dump_key(ph, k);
     }
@@ -719,8 +758,10 @@ static uint64_t reclaim_all(uint64_t killed_at) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: torture [--kills N] [--workers 2..%d] [--keys 1..%d] "
-          "[--witnesses W] [--seed S]\n", MAX_WORKERS, MAX_KEYS);
+  fprintf(stderr,
+          "usage: torture [--kills N] [--workers 2..%d] [--keys 1..%d] "
+          "[--witnesses W] [--seed S]\n",
+          MAX_WORKERS, MAX_KEYS);
   exit(64);
 }
 
@@ -732,7 +773,7 @@ static void cleanup(void) {
 int main(int argc, char **argv) {
   uint64_t kills_wanted = 2000;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* --option value */
     char *end = NULL;
     if (i + 1 >= argc)
       usage();
@@ -751,13 +792,13 @@ int main(int argc, char **argv) {
       seed = v;
     else
       usage();
-    i++;
   }
   if (nwitnesses >= nworkers)
     usage();
   setvbuf(stdout, NULL, _IOLBF, 0);
-  printf("torture: seed=%" PRIu64 " workers=%d witnesses=%d keys=%d kills=%"
-         PRIu64 "\n", seed, nworkers, nwitnesses, nkeys, kills_wanted);
+  printf("torture: seed=%" PRIu64
+         " workers=%d witnesses=%d keys=%d kills=%" PRIu64 "\n",
+         seed, nworkers, nwitnesses, nkeys, kills_wanted);
   uint64_t rs = seed;
 
   S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -855,8 +896,8 @@ int main(int argc, char **argv) {
   uint64_t repairs = 0;
   int n = 0;
   if (c2 == NULL || throttle_config_set_segment(c2, segname) != 0 ||
-      throttle_config_set_flags(c2, THROTTLE_NO_FALLBACK | THROTTLE_NO_CREATE) !=
-          0 ||
+      throttle_config_set_flags(c2, THROTTLE_NO_FALLBACK |
+                                        THROTTLE_NO_CREATE) != 0 ||
       (rc = throttle_open(c2, &h2)) != 0 || !throttle_is_shared(h2)) {
     fprintf(stderr, "torture: the segment does not reopen: %s: %s\n",
             throttle_err_name(rc), throttle_errmsg(NULL));
@@ -874,8 +915,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nkeys; k++) {
       uint64_t ms = UINT64_MAX;
       if (throttle_remaining(h2, S->k[k].name, &ms) != 0 || ms > MAX_DELAY_MS) {
-        fprintf(stderr, "torture: %s: remaining %" PRIu64 " ms\n",
-                S->k[k].name, ms);
+        fprintf(stderr, "torture: %s: remaining %" PRIu64 " ms\n", S->k[k].name,
+                ms);
         bump(&S->errors);
       }
     }
@@ -901,8 +942,8 @@ int main(int argc, char **argv) {
   printf("torture: kills=%" PRIu64 " ops=%" PRIu64 " hangs=%" PRIu64
          " cap_violations=%" PRIu64 " early=%" PRIu64 " unreclaimed=%" PRIu64
          " repairs=%" PRIu64 " seconds=%.1f seed=%" PRIu64 "\n",
-         kills, (uint64_t)atomic_load(&S->ops), hangs, capv, early,
-         unreclaimed, repairs, secs, seed);
+         kills, (uint64_t)atomic_load(&S->ops), hangs, capv, early, unreclaimed,
+         repairs, secs, seed);
   return hangs || capv || early || unreclaimed || errors || crashes ||
                  interrupted
              ? 1

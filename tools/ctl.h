@@ -3,7 +3,8 @@
  * command and option tables, the argument parser, opening the segment, the
  * small commands and main; ctl_out.c the output helpers (messages, human
  * durations, JSON strings, text tables); ctl_keys.c `ls` and `show`;
- * ctl_run.c `run`.  Names shared between these files start with ctl_.
+ * ctl_run.c `run`; ctl_http.c `http`.  Names shared between these files
+ * start with ctl_.
  */
 #ifndef THROTTLECTL_CTL_H
 #define THROTTLECTL_CTL_H
@@ -35,6 +36,12 @@ enum { XIT_OK = 0, XIT_FAIL = 1, XIT_USAGE = EX_USAGE, XIT_TEMP = EX_TEMPFAIL };
  * parser itself. */
 enum opt_id {
   OPT_JSON,
+  OPT_REQUEST,     /* http: -X */
+  OPT_HEADER,      /* http: -H, repeatable */
+  OPT_DATA,        /* http: -d, repeatable */
+  OPT_DATA_BINARY, /* http */
+  OPT_OUTPUT,      /* http: -o */
+  OPT_VERBOSE,     /* http: -v */
   OPT_CLASS,
   OPT_MAX_PARALLEL,
   OPT_RATE,
@@ -52,7 +59,7 @@ enum open_mode {
   OPEN_CREATE,    /* creates the segment when absent, as a library user would */
   OPEN_FAIL_OPEN, /* as OPEN_CREATE, but an unusable segment is a warning:
                      the command carries on with the library's
-                     process-private fallback (`run`) */
+                     process-private fallback (`run`, `http`) */
 };
 
 struct ctx;
@@ -68,8 +75,14 @@ struct command {
   bool cmd_line;  /* positionals after the first are a command line: the
                      first of them ends the options */
   enum open_mode open;
-  int (*check)(struct ctx *c); /* before opening: 0 or XIT_USAGE; may be NULL */
+  /* Before opening the segment: 0, XIT_USAGE, or XIT_FAIL (e.g. an input
+   * file that cannot be read); may be NULL. */
+  int (*check)(struct ctx *c);
   int (*run)(struct ctx *c);
+  /* Help for an option where this command's meaning differs from the
+   * table's (indexed by opt_id; NULL entries use the table's); may be
+   * NULL. */
+  const char *const *opt_help;
 };
 
 /* One invocation: what was parsed, then the open handle. */
@@ -78,16 +91,24 @@ struct ctx {
   const char *segment; /* --segment, or NULL for $THROTTLE_SEGMENT/default */
   char **args;         /* positionals (points into argv), NULL-terminated */
   int nargs;
-  const char *opt[OPT_COUNT_]; /* argument ("" for a flag) when given */
+  const char *opt[OPT_COUNT_];   /* argument ("" for a flag) when given; the
+                                    last one of a repeatable option */
+  const char **list[OPT_COUNT_]; /* every argument of a repeatable option,
+                                    in order (NULL when not given) */
+  int nlist[OPT_COUNT_];
   /* Values checked before the segment is opened. */
   uint64_t ms;           /* backoff: the delay */
-  uint64_t timeout_ms;   /* wait, run: THROTTLE_FOREVER without --timeout */
+  uint64_t timeout_ms;   /* wait, run, http: THROTTLE_FOREVER without
+                            --timeout */
   uint32_t max_parallel; /* --max-parallel: 0 = auto */
   uint32_t rate_n;       /* --rate: 0 = off */
   uint64_t rate_period_ms;
   double backfill_share;
   throttle_class_t cls; /* --class */
   unsigned retries;     /* --retries */
+  char *body;           /* http: the request body (-d, --data-binary) */
+  size_t body_len;
+  bool has_body;
   throttle_t *h;
   const char *segname; /* for messages */
 };
@@ -111,9 +132,11 @@ int ctl_usage_error(const struct command *cmd, const char *fmt, ...)
 int ctl_parse_seconds(const char *s, uint64_t *ms);
 /* A whole number of digits only, min..max.  Returns 0 or -1. */
 int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
-/* Checks of the options set and run share; each returns 0 or XIT_USAGE. */
+/* Checks of the options set, run and http share; each returns 0 or
+ * XIT_USAGE. */
 int ctl_check_max_parallel(struct ctx *c);
 int ctl_check_timeout(struct ctx *c);
+int ctl_check_class(struct ctx *c); /* --class into c->cls (default live) */
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 
@@ -144,9 +167,11 @@ void ctl_table_free(struct ctl_table *t);
 
 /* ---- commands in their own files -------------------------------------- */
 
-int ctl_cmd_ls(struct ctx *c);    /* ctl_keys.c */
-int ctl_cmd_show(struct ctx *c);  /* ctl_keys.c */
-int ctl_check_run(struct ctx *c); /* ctl_run.c */
-int ctl_cmd_run(struct ctx *c);   /* ctl_run.c */
+int ctl_cmd_ls(struct ctx *c);     /* ctl_keys.c */
+int ctl_cmd_show(struct ctx *c);   /* ctl_keys.c */
+int ctl_check_run(struct ctx *c);  /* ctl_run.c */
+int ctl_cmd_run(struct ctx *c);    /* ctl_run.c */
+int ctl_check_http(struct ctx *c); /* ctl_http.c */
+int ctl_cmd_http(struct ctx *c);   /* ctl_http.c */
 
 #endif /* THROTTLECTL_CTL_H */

@@ -1,23 +1,25 @@
 /*
  * throttlectl.c — the command-line tool over include/throttle.h: list and
  * show the keys of a segment, publish, wait for and clear back-offs, change
- * a key's settings, pause, resume and cancel it, run a command under its
- * admission, remove the segment.  docs/throttlectl.md is its reference.
+ * a key's settings, pause, resume and cancel it, run a command or send an
+ * HTTP request under its admission, remove the segment.
+ * docs/throttlectl.md is its reference.
  *
  * Shape.  A table of commands (name, positional arguments, the options it
  * takes, how it opens the segment, a check run before opening and the
  * handler); one option parser shared by every command; output helpers
  * (ctl_out.c) shared by every printer.  A new command is one row in
  * `commands` and one handler; a new option is one row in `options` and a
- * bit in the commands that take it.  `ls`/`show` live in ctl_keys.c and
- * `run` in ctl_run.c; ctl.h is what the files share.
+ * bit in the commands that take it.  `ls`/`show` live in ctl_keys.c,
+ * `run` in ctl_run.c and `http` in ctl_http.c; ctl.h is what the files
+ * share.
  *
  * Everything is validated before the segment is opened, so a usage error
  * (exit 64) never creates or touches a segment.  A segment that cannot be
  * used is an error (exit 1) for every command but `run`: the library's
  * fail-open fallback to process-private memory is right for a loader but
  * would make this tool report or change nothing while claiming success.
- * `run` is a loader, so it warns and carries on (I7).
+ * `run` and `http` are loaders, so they warn and carry on (I7).
  */
 #include "ctl.h"
 
@@ -30,29 +32,53 @@
 /* ---- options ---------------------------------------------------------- */
 
 struct option_spec {
-  const char *name; /* "--json" */
-  const char *arg;  /* argument name, or NULL for a flag */
+  const char *name;       /* "--json" */
+  const char *short_name; /* "-X" (as curl spells it), or NULL */
+  const char *arg;        /* argument name, or NULL for a flag */
   const char *help;
+  bool repeat; /* may be given more than once: every value is kept */
 };
 
 static const struct option_spec options[OPT_COUNT_] = {
-    [OPT_JSON] = {"--json", NULL, "print JSON instead of text"},
-    [OPT_CLASS] = {"--class", "live|backfill",
+    [OPT_JSON] = {"--json", NULL, NULL, "print JSON instead of text"},
+    [OPT_REQUEST] = {"--request", "-X", "METHOD",
+                     "the request method (default GET, or POST with a body)"},
+    [OPT_HEADER] = {"--header", "-H", "'NAME: VALUE'",
+                    "add a request header (repeatable)", .repeat = true},
+    [OPT_DATA] = {"--data", "-d", "DATA|@FILE",
+                  "send DATA, or FILE without CR and LF (@- stdin); "
+                  "repeats join with &",
+                  .repeat = true},
+    [OPT_DATA_BINARY] = {"--data-binary", NULL, "DATA|@FILE",
+                         "send DATA, or FILE's bytes exactly (@- stdin)"},
+    [OPT_OUTPUT] = {"--output", "-o", "FILE",
+                    "write a 2xx answer's body to FILE instead of stdout"},
+    [OPT_VERBOSE] = {"--verbose", "-v", NULL,
+                     "log attempts, answers and waits, and a failed "
+                     "answer's body, on stderr"},
+    [OPT_CLASS] = {"--class", NULL, "live|backfill",
                    "admission class (default live): live is admitted "
                    "before backfill"},
-    [OPT_MAX_PARALLEL] = {"--max-parallel", "N|auto",
+    [OPT_MAX_PARALLEL] = {"--max-parallel", NULL, "N|auto",
                           "at most N (1 to 32) admissions of KEY at once; "
                           "auto: learned from lock answers"},
-    [OPT_RATE] = {"--rate", "N/PERIOD",
+    [OPT_RATE] = {"--rate", NULL, "N/PERIOD",
                   "at most N admissions per PERIOD (500ms, 1s, 1m, 1h, or "
                   "seconds); off: no rate"},
-    [OPT_BACKFILL_SHARE] = {"--backfill-share", "F",
+    [OPT_BACKFILL_SHARE] = {"--backfill-share", NULL, "F",
                             "backfill may hold at most F (0 to 1) of the cap"},
-    [OPT_RETRIES] = {"--retries", "N",
+    [OPT_RETRIES] = {"--retries", NULL, "N",
                      "retry up to N times while CMD exits 75 (default 5)"},
-    [OPT_TIMEOUT] = {"--timeout", "SEC",
+    [OPT_TIMEOUT] = {"--timeout", NULL, "SEC",
                      "give up waiting after SEC seconds in all (decimal "
                      "allowed); exit 75"},
+};
+
+/* Where `http` means something else by a shared option. */
+static const char *const http_help[OPT_COUNT_] = {
+    [OPT_RETRIES] = "re-send a transient answer up to N times (default 10)",
+    [OPT_TIMEOUT] = "give up after SEC seconds in all, waiting and sending "
+                    "(decimal allowed); exit 75",
 };
 
 /* ---- commands --------------------------------------------------------- */
@@ -166,6 +192,21 @@ static const struct command commands[] = {
      .open = OPEN_FAIL_OPEN,
      .check = ctl_check_run,
      .run = ctl_cmd_run},
+    {.name = "http",
+     .args = "KEY",
+     .trailer = "URL",
+     .summary = "send one HTTP request admitted by KEY; retry while transient",
+     .min_args = 1,
+     .max_args = 2,
+     .opts = OPT(OPT_REQUEST) | OPT(OPT_HEADER) | OPT(OPT_DATA) |
+             OPT(OPT_DATA_BINARY) | OPT(OPT_OUTPUT) | OPT(OPT_VERBOSE) |
+             OPT(OPT_CLASS) | OPT(OPT_MAX_PARALLEL) | OPT(OPT_RETRIES) |
+             OPT(OPT_TIMEOUT),
+     .key_first = true,
+     .open = OPEN_FAIL_OPEN,
+     .check = ctl_check_http,
+     .run = ctl_cmd_http,
+     .opt_help = http_help},
     {.name = "rm",
      .args = "",
      .summary = "remove the segment (the next user recreates it)",
@@ -181,15 +222,19 @@ static const struct command *find_command(const char *name) {
   return NULL;
 }
 
-/* "ls [--json]", "run KEY [--class live|backfill] ... -- CMD [ARG...]" */
+/* "ls [--json]", "run KEY [--class live|backfill] ... -- CMD [ARG...]",
+ * "http KEY [-X METHOD] [-H 'NAME: VALUE']... URL": an option that has a
+ * short name is shown by it. */
 static void format_synopsis(const struct command *cmd, char *buf, size_t len) {
   size_t n = (size_t)snprintf(buf, len, "%s%s%s", cmd->name,
                               *cmd->args ? " " : "", cmd->args);
   for (int o = 0; o < OPT_COUNT_ && n < len; o++)
     if (cmd->opts & OPT(o))
-      n += (size_t)snprintf(buf + n, len - n, " [%s%s%s]", options[o].name,
-                            options[o].arg ? " " : "",
-                            options[o].arg ? options[o].arg : "");
+      n += (size_t)snprintf(
+          buf + n, len - n, " [%s%s%s]%s",
+          options[o].short_name ? options[o].short_name : options[o].name,
+          options[o].arg ? " " : "", options[o].arg ? options[o].arg : "",
+          options[o].repeat ? "..." : "");
   if (cmd->trailer != NULL && n < len)
     snprintf(buf + n, len - n, " %s", cmd->trailer);
 }
@@ -229,8 +274,8 @@ static void help_main(FILE *f) {
              "  -h, --help      this help; COMMAND --help for one command\n"
              "  --version       print the version\n"
              "\nexit status: 0 success, 1 failure, 64 usage error, "
-             "75 still closed or locked\n(timeout, retries spent); run: "
-             "CMD's own status otherwise\n");
+             "75 still closed, locked or\ntransient (timeout, retries "
+             "spent); run: CMD's own status otherwise\n");
 }
 
 static void help_command(FILE *f, const struct command *cmd) {
@@ -241,7 +286,9 @@ static void help_command(FILE *f, const struct command *cmd) {
   char head[OPT_COUNT_][64];
   int w = 0;
   for (int o = 0; o < OPT_COUNT_; o++) {
-    snprintf(head[o], sizeof head[o], "%s%s%s", options[o].name,
+    snprintf(head[o], sizeof head[o], "%s%s%s%s%s",
+             options[o].short_name ? options[o].short_name : "",
+             options[o].short_name ? ", " : "", options[o].name,
              options[o].arg ? " " : "", options[o].arg ? options[o].arg : "");
     if ((cmd->opts & OPT(o)) && (int)strlen(head[o]) > w)
       w = (int)strlen(head[o]);
@@ -249,7 +296,10 @@ static void help_command(FILE *f, const struct command *cmd) {
   fprintf(f, "\noptions:\n");
   for (int o = 0; o < OPT_COUNT_; o++)
     if (cmd->opts & OPT(o))
-      fprintf(f, "  %-*s  %s\n", w, head[o], options[o].help);
+      fprintf(f, "  %-*s  %s\n", w, head[o],
+              cmd->opt_help != NULL && cmd->opt_help[o] != NULL
+                  ? cmd->opt_help[o]
+                  : options[o].help);
 }
 
 int ctl_usage_error(const struct command *cmd, const char *fmt, ...) {
@@ -374,6 +424,24 @@ static int option_arg(const struct command *cmd, const char *name,
   return 0;
 }
 
+/* A short option as curl takes it: "-X" alone (its argument is the next
+ * word) or, when it takes an argument, followed by it ("-XPOST").  No
+ * bundling of flags ("-vo"): -v is the only flag. */
+static bool match_short(const char *a, const char *name, bool takes_arg,
+                        const char **val) {
+  if (name == NULL || a[0] != name[0] || a[1] != name[1])
+    return false;
+  if (a[2] == 0) {
+    *val = NULL;
+    return true;
+  }
+  if (takes_arg) {
+    *val = a + 2;
+    return true;
+  }
+  return false;
+}
+
 enum { PARSED_HELP = -1 };
 
 /* Options every command takes, wherever they appear: --segment, --help.
@@ -424,18 +492,29 @@ static int parse_command_args(struct ctx *c, int argc, char **argv) {
       continue;
     bool known = false;
     for (int o = 0; o < OPT_COUNT_ && !known; o++) {
-      const char *inl;
-      if (!(cmd->opts & OPT(o)) || !match_option(a, options[o].name, &inl))
+      const char *inl, *name = options[o].name;
+      if (!(cmd->opts & OPT(o)))
+        continue;
+      if (match_short(a, options[o].short_name, options[o].arg != NULL, &inl))
+        name = options[o].short_name;
+      else if (!match_option(a, name, &inl))
         continue;
       known = true;
       if (options[o].arg == NULL) {
         if (inl != NULL)
-          return ctl_usage_error(cmd, "option %s takes no argument",
-                                 options[o].name);
+          return ctl_usage_error(cmd, "option %s takes no argument", name);
         c->opt[o] = "";
-      } else if (option_arg(cmd, options[o].name, inl, argc, argv, &i,
-                            &c->opt[o]) != 0) {
+      } else if (option_arg(cmd, name, inl, argc, argv, &i, &c->opt[o]) != 0) {
         return XIT_USAGE;
+      }
+      if (options[o].repeat) {
+        if (c->list[o] == NULL &&
+            (c->list[o] = calloc((size_t)argc + 1, sizeof *c->list[o])) ==
+                NULL) {
+          ctl_say("out of memory");
+          return XIT_FAIL;
+        }
+        c->list[o][c->nlist[o]++] = c->opt[o];
       }
     }
     if (!known)
@@ -465,6 +544,17 @@ int ctl_check_timeout(struct ctx *c) {
                            "--timeout must be a non-negative number of "
                            "seconds such as 30 or 0.5, not '%s'",
                            t);
+  return 0;
+}
+
+int ctl_check_class(struct ctx *c) {
+  const char *cls = c->opt[OPT_CLASS];
+  c->cls = THROTTLE_CLASS_LIVE;
+  if (cls != NULL && strcmp(cls, "backfill") == 0)
+    c->cls = THROTTLE_CLASS_BACKFILL;
+  else if (cls != NULL && strcmp(cls, "live") != 0)
+    return ctl_usage_error(c->cmd, "--class must be live or backfill, not '%s'",
+                           cls);
   return 0;
 }
 
@@ -820,6 +910,9 @@ static int run(int argc, char **argv) {
 out:
   throttle_close(c.h);
   free(c.args);
+  for (int o = 0; o < OPT_COUNT_; o++)
+    free(c.list[o]);
+  free(c.body);
   return rc;
 }
 
