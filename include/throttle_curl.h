@@ -339,8 +339,10 @@ THROTTLE_EXTERN throttle_curl_status_t
 throttle_curl_result_status(const throttle_curl_result_t *r);
 
 /* 1 when a later call might succeed where this one did not (GAVE_UP,
- * CANCELED), 0 otherwise (OK, PERMANENT, TRANSPORT, ERROR).  Maps onto the
- * exit codes 75 (EX_TEMPFAIL) and 1. */
+ * CANCELED), 0 otherwise (OK, PERMANENT, TRANSPORT, ERROR).  throttlectl
+ * exits 75 (EX_TEMPFAIL) on GAVE_UP, and 1 on CANCELED: a cancel is an
+ * operator's decision to stop, which a script should not retry as if the
+ * server had said "later". */
 THROTTLE_EXTERN int throttle_curl_result_transient(const throttle_curl_result_t *r);
 
 /* Requests sent (0 when none was admitted). */

@@ -79,6 +79,7 @@ struct obs {
    * ms; 0 = between calls), watched by the parent */
   _Atomic int cur_op[NREADERS];
   _Atomic uint64_t due_ms[NREADERS];
+  _Atomic int done[NREADERS];
 };
 
 static struct obs *obs_new(void) {
@@ -422,6 +423,7 @@ static int reader_main(void *arg) {
   }
   throttle_close(h);
   throttle_config_free(c);
+  atomic_store(&t->o->done[t->index], 1);
   return 0;
 }
 
@@ -469,21 +471,24 @@ static void run_hostile(struct th_fx *fx, uint64_t seed, int nwriters) {
     tw[i].seed = seed * 17 + (uint64_t)i + 101;
     pw[i] = th_spawn(fx, writer_main, &tw[i]);
   }
-  /* A reader stuck in a call is named as soon as the call is overdue. */
+  /* A reader stuck in a call is named as soon as the call is overdue.
+   * (One that dies is left to th_reap_ok below.) */
   uint64_t end = th_mono_ms() + RUN_MS;
   for (;;) {
     uint64_t now = th_mono_ms();
+    int done = 0;
     for (int i = 0; i < NREADERS; i++) {
       uint64_t due = atomic_load(&o->due_ms[i]);
       if (due != 0 && now > due + 100)
         fail_msg("reader %d: %s still running %llu ms past its bound", i,
                  op_names[atomic_load(&o->cur_op[i])],
                  (unsigned long long)(now - due));
+      done += atomic_load(&o->done[i]);
     }
-    if (atomic_load(&o->stop))
+    if (done == NREADERS || now > end + HANG_GUARD_MS)
       break;
     if (now >= end)
-      atomic_store(&o->stop, 1); /* one more round of checks */
+      atomic_store(&o->stop, 1);
     th_sleep_ms(10);
   }
   for (int i = 0; i < nwriters; i++)

@@ -10,14 +10,16 @@
  * quick ones that take the mutex, so that kills land inside the critical
  * section often (the repairs figure counts them).  The parent SIGKILLs a
  * random worker every 1 to 5 ms and starts a fresh one in its place, until
- * N kills (default 2000; 200 for a quick run).  The first V workers
- * (default 2) are witnesses, never killed: a victim lives some 30 ms, too
- * short for any bound to catch it hanging, so it is the witnesses, working
- * through everything the victims leave behind (dead holders, dead probes,
- * a mutex to repair), that show whether a crash blocks anyone beyond a
- * bounded time (I6).  Checked by the workers and the parent, outside the
- * library's own bookkeeping (in an anonymous shared mapping the library
- * never sees):
+ * N kills (default 2000; 200 for a quick run).  A quarter of the victims
+ * are also armed with a named crash point (after-lock, mid-update,
+ * gate-mid-grant, gate-mid-leave) and die there on their own, which random
+ * kills only rarely hit.  The first V workers (default 2) are witnesses,
+ * never killed: a victim lives some 30 ms, too short for any bound to catch
+ * it hanging, so it is the witnesses, working through everything the
+ * victims leave behind (dead holders, dead probes, a mutex to repair), that
+ * show whether a crash blocks anyone beyond a bounded time (I6).  Checked
+ * by the workers and the parent, outside the library's own bookkeeping (in
+ * an anonymous shared mapping the library never sees):
  *
  *   hangs           an operation ran past its bound: an enter or wait with
  *                   timeout T must return within T + 2 s, anything else
@@ -115,6 +117,7 @@ struct worker {
   _Atomic int op, key;
   _Atomic int paused_key; /* -1, or the key it paused and must resume */
   _Atomic int killing;    /* the parent sent SIGKILL */
+  _Atomic int armed;      /* 1 + index into crash_points, 0 = unarmed */
 };
 
 /* One key.  The not-before bookkeeping is a generation and a packed word:
@@ -563,12 +566,26 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
+/* A quarter of the victims are armed: they die by SIGKILL at one of these
+ * named points (THROTTLE_CRASH_AT, compiled into the test build), which
+ * random kills only rarely hit — inside the mutex, half-way through an
+ * update, between granting a slot and waking its holder, between freeing
+ * a slot and handing it over. */
+static const char *const crash_points[] = {"after-lock", "mid-update",
+                                           "gate-mid-grant", "gate-mid-leave"};
+#define NCRASH_POINTS (int)(sizeof crash_points / sizeof crash_points[0])
+static uint64_t crashpoint_deaths;
+
 static void spawn(int w, uint64_t seed) {
   fflush(stdout);
   fflush(stderr);
   atomic_store(&S->w[w].deadline, 0);
   atomic_store(&S->w[w].paused_key, -1);
   atomic_store(&S->w[w].killing, 0);
+  int armed = w >= nwitnesses && seed % 4 == 0
+                  ? 1 + (int)((seed >> 8) % NCRASH_POINTS)
+                  : 0;
+  atomic_store(&S->w[w].armed, armed);
   pid_t pid = fork();
   if (pid < 0) {
     perror("torture: fork");
@@ -576,6 +593,8 @@ static void spawn(int w, uint64_t seed) {
   }
   if (pid == 0) {
     me = w;
+    if (armed && setenv("THROTTLE_CRASH_AT", crash_points[armed - 1], 1) != 0)
+      _exit(3);
     _exit(worker_main(seed));
   }
   atomic_store(&S->w[w].pid, pid);
@@ -589,7 +608,11 @@ static throttle_t *ph;
 static void buried(int w, int st) {
   uint64_t bit = UINT64_C(1) << w;
   bool killed = atomic_load(&S->w[w].killing);
-  if (!(killed && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) &&
+  bool armed = atomic_load(&S->w[w].armed) != 0;
+  bool sigkill = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+  if (armed && sigkill && !killed)
+    crashpoint_deaths++;
+  if (!((killed || armed) && sigkill) &&
       !(WIFEXITED(st) && WEXITSTATUS(st) == 0 && atomic_load(&S->stop))) {
     crashes++;
     fprintf(stderr, "torture: worker %d (pid %d) ended on its own: %s %d\n", w,
@@ -932,10 +955,11 @@ int main(int argc, char **argv) {
   uint64_t early = atomic_load(&S->early);
   uint64_t errors = atomic_load(&S->errors);
   printf("torture: admissions=%" PRIu64 " publishes_recorded=%" PRIu64
-         " not_before_checks=%" PRIu64 " restarts=%" PRIu64 "\n",
+         " not_before_checks=%" PRIu64 " crashpoint_deaths=%" PRIu64
+         " restarts=%" PRIu64 "\n",
          (uint64_t)atomic_load(&S->admissions),
          (uint64_t)atomic_load(&S->publishes_recorded),
-         (uint64_t)atomic_load(&S->nb_checks), restarts);
+         (uint64_t)atomic_load(&S->nb_checks), crashpoint_deaths, restarts);
   if (errors || crashes || interrupted)
     printf("torture: unexpected_errors=%" PRIu64 " crashes=%" PRIu64 "%s\n",
            errors, crashes, interrupted ? " interrupted" : "");
