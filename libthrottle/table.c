@@ -344,6 +344,7 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
                           memory_order_release);
     h->hdr->tombstones++;
   }
+  THROTTLE__CRASHPOINT("table-mid-evict"); /* unfindable, not yet free */
   wipe_rec(r);
   /* Keep the futex word moving so a sleeper on the old key re-checks. */
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_release);
@@ -391,6 +392,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   r->hash = (uint32_t)hash;
   r->last_use_ns = now;
   r->state = THROTTLE__REC_USED;
+  THROTTLE__CRASHPOINT("table-mid-insert"); /* in use, no bucket yet */
   if (place_bucket(h, hash, idx) != 0) {
     rebuild_locked(h); /* sweeps tombstones, places r too */
     if (find_bucket_locked(h, key, len, hash, NULL) < 0) {

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -329,4 +330,76 @@ uint64_t th_remaining(throttle_t *h, const char *key) {
     fail_msg("throttle_remaining(%s): %s: %s", key, throttle_err_name(rc),
              throttle_errmsg(h));
   return ms;
+}
+
+/* ---- the table's own consistency ---------------------------------------- */
+
+/* Count a fault; describe it when it is the first. */
+__attribute__((format(printf, 4, 5))) static int
+table_fault(int n, char *why, size_t len, const char *fmt, ...) {
+  if (n == 0 && why != NULL && len > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+  }
+  return n + 1;
+}
+
+int th_table_faults(throttle_t *h, char *why, size_t len) {
+  if (why != NULL && len > 0)
+    why[0] = 0;
+  int n = 0;
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return table_fault(n, why, len, "lock: %s", throttle_err_name(rc));
+  struct throttle__hdr *hdr = h->hdr;
+  uint32_t seq = atomic_load(&hdr->tseq);
+  if (seq & 1)
+    n = table_fault(n, why, len, "sequence left odd (%u)", seq);
+  uint32_t used = 0;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state == THROTTLE__REC_FREE)
+      continue;
+    if (r->state != THROTTLE__REC_USED) {
+      n = table_fault(n, why, len, "record %u: state 0x%x", i, r->state);
+      continue;
+    }
+    used++;
+    size_t kl = r->key_len;
+    if (kl < 1 || kl > THROTTLE__KEY_MAX) {
+      n = table_fault(n, why, len, "record %u: key length %zu", i, kl);
+      continue;
+    }
+    struct throttle__rec *f = throttle__find_locked(
+        h, r->key, kl, throttle__hash(h->seed, r->key, kl));
+    if (f == NULL)
+      n = table_fault(n, why, len, "record %u not found by its key", i);
+    else if (f != r)
+      n = table_fault(n, why, len, "records %u and %td hold one key", i,
+                      f - h->recs);
+  }
+  if (hdr->used != used)
+    n = table_fault(n, why, len, "used says %u, %u records in use", hdr->used,
+                    used);
+  uint32_t nfree = 0;
+  for (uint32_t fi = hdr->free_head; fi != 0; fi = h->recs[fi - 1].next_free) {
+    if (fi > h->capacity || ++nfree > h->capacity) {
+      n = table_fault(n, why, len,
+                      "free list: %u out of range or a cycle (%u steps)", fi,
+                      nfree);
+      break;
+    }
+    if (h->recs[fi - 1].state != THROTTLE__REC_FREE) {
+      n = table_fault(n, why, len, "record %u on the free list is in use",
+                      fi - 1);
+      break;
+    }
+  }
+  if (nfree + used != h->capacity)
+    n = table_fault(n, why, len, "%u free + %u used != capacity %u", nfree,
+                    used, h->capacity);
+  throttle__unlock(h);
+  return n;
 }

@@ -118,4 +118,12 @@ int th_contains(const char *msg, const char *needle);
 /* throttle_remaining() of key in ms; fails the test on an error. */
 uint64_t th_remaining(throttle_t *h, const char *key);
 
+/* The table's own consistency, checked under the segment mutex (and after
+ * the repair that taking it may run): every record in use is found by its
+ * key (none orphaned, none doubled), the key count is right, the free list
+ * holds exactly the other records without a cycle, and no change is left
+ * half done (the sequence is even).  Returns the number of faults and
+ * describes the first in why (may be NULL).  For a shared handle. */
+int th_table_faults(throttle_t *h, char *why, size_t len);
+
 #endif

@@ -25,6 +25,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ enum stage {
   STAGE_REPAIR,    /* repairing after an earlier crash */
   STAGE_HAND_OVER, /* leaving: the slot goes to a waiting process */
   STAGE_OWN_GRANT, /* being admitted itself */
+  STAGE_TABLE,     /* inserting a key (evicting one first if full) */
 };
 
 struct point {
@@ -64,6 +66,8 @@ static const struct point points[] = {
     {"gate-mid-grant", STAGE_OWN_GRANT, THROTTLE_OUTCOME_OK},
     {"gate-mid-leave", STAGE_HAND_OVER, THROTTLE_OUTCOME_OK},
     {"gate-mid-leave", STAGE_HAND_OVER, THROTTLE_OUTCOME_LOCKED},
+    {"table-mid-insert", STAGE_TABLE, THROTTLE_OUTCOME_OK},
+    {"table-mid-evict", STAGE_TABLE, THROTTLE_OUTCOME_OK},
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -94,6 +98,14 @@ static uint64_t repairs(throttle_t *h) {
   uint64_t n = UINT64_MAX;
   assert_int_equal(throttle_stats(h, NULL, NULL, NULL, &n), 0);
   return n;
+}
+
+/* The table's own bookkeeping is whole (see th_table_faults). */
+static void expect_table_whole(throttle_t *h) {
+  char why[256];
+  int n = th_table_faults(h, why, sizeof why);
+  if (n != 0)
+    fail_msg("%d faults in the table, the first: %s", n, why);
 }
 
 static void arm(const char *point) {
@@ -157,6 +169,7 @@ static void expect_gate_clean(throttle_t *h) {
   assert_int_equal(throttle_enter(h, "fresh", THROTTLE_CLASS_LIVE, 5000, &t),
                    0);
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  expect_table_whole(h);
 }
 
 /* ---- children ----------------------------------------------------------- */
@@ -372,6 +385,43 @@ static void run_own_grant(struct th_fx *fx, const struct point *p) {
   expect_gate_clean(h);
 }
 
+/* A process dies half-way through inserting a key (or evicting one to make
+ * room): a record in use that no bucket leads to, or a bucket gone for a
+ * record not yet freed, with the table's sequence left odd. */
+#define SMALL_TABLE 8u
+static void run_table(struct th_fx *fx, const struct point *p) {
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, SMALL_TABLE), 0);
+  throttle_t *h = th_open(fx);
+  struct before b = publish_abc(h);
+  bool evict = strcmp(p->name, "table-mid-evict") == 0;
+  uint32_t used = 0;
+  assert_int_equal(throttle_stats(h, NULL, &used, NULL, NULL), 0);
+  for (uint32_t i = 0; evict && used + i < SMALL_TABLE; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "idle-%u", i);
+    assert_int_equal(throttle_backoff(h, key, 0), 0); /* idle at once */
+  }
+  th_sleep_ms(2);
+  struct kid k = {fx, p, -1, -1};
+  pid_t pid = th_spawn(fx, kid_backs_off, &k);
+  th_reap_killed(fx, pid, HANG_GUARD_MS);
+  uint64_t m0 = th_mono_ms();
+  assert_int_equal(throttle_backoff(h, "d", 10000), 0);
+  uint64_t took = th_mono_ms() - m0;
+  print_message("%-22s next caller got in after %llu ms\n", p->name,
+                (unsigned long long)took);
+  assert_true(took < RECOVER_MS);
+  assert_int_equal(repairs(h), 1);
+  expect_abc(h, &b);
+  assert_true(th_remaining(h, "d") > 0);
+  assert_true(th_remaining(h, "x") <= 1000);
+  expect_table_whole(h);
+  uint32_t cap = 0;
+  assert_int_equal(throttle_stats(h, &cap, &used, NULL, NULL), 0);
+  assert_true(used <= cap);
+  expect_gate_clean(h);
+}
+
 static void run_point(void **state, size_t i) {
   struct th_fx *fx = fx_of(state);
   const struct point *p = &points[i];
@@ -388,6 +438,9 @@ static void run_point(void **state, size_t i) {
     break;
   case STAGE_OWN_GRANT:
     run_own_grant(fx, p);
+    break;
+  case STAGE_TABLE:
+    run_table(fx, p);
     break;
   }
 }
@@ -407,11 +460,13 @@ static void test_crashpoints_gate_mid_leave_ok(void **s) { run_point(s, 7); }
 static void test_crashpoints_gate_mid_leave_locked(void **s) {
   run_point(s, 8);
 }
+static void test_crashpoints_table_mid_insert(void **s) { run_point(s, 9); }
+static void test_crashpoints_table_mid_evict(void **s) { run_point(s, 10); }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
-  _Static_assert(sizeof points / sizeof points[0] == 9,
+  _Static_assert(sizeof points / sizeof points[0] == 11,
                  "one test per row of the table");
   const struct CMUnitTest tests[] = {
       T(test_crashpoints_init_before_truncate),
@@ -423,6 +478,8 @@ int main(void) {
       T(test_crashpoints_gate_mid_grant_own_admission),
       T(test_crashpoints_gate_mid_leave_ok),
       T(test_crashpoints_gate_mid_leave_locked),
+      T(test_crashpoints_table_mid_insert),
+      T(test_crashpoints_table_mid_evict),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

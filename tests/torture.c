@@ -1,10 +1,13 @@
 /*
  * torture.c — kill -9 at random instants, thousands of times (I1, I5, I6).
  *
- *   torture [--kills N] [--workers W] [--keys K] [--witnesses V] [--seed S]
+ *   torture [--kills N] [--workers W] [--keys K] [--transient T]
+ *           [--witnesses V] [--seed S]
  *
- * W worker processes (default 8) run random operations on K keys (default
- * 4) whose caps are fixed at 1, 2, 3 and "auto" in turn: enter/leave with
+ * W worker processes (default 8) run random operations on K fixed keys
+ * (default 4) whose caps are 1, 2, 3 and "auto" in turn, and on T transient
+ * keys (default 48) in a table with room for only half of them, so keys
+ * are inserted and evicted all the time: enter/leave with
  * every outcome, try_enter, backoff, wait, remaining, clear,
  * set_max_parallel, info, foreach, cancel, pause+resume, and bursts of the
  * quick ones that take the mutex, so that kills land inside the critical
@@ -12,14 +15,14 @@
  * random worker every 1 to 5 ms and starts a fresh one in its place, until
  * N kills (default 2000; 200 for a quick run).  A quarter of the victims
  * are also armed with a named crash point (after-lock, mid-update,
- * gate-mid-grant, gate-mid-leave) and die there on their own, which random
- * kills only rarely hit.  The first V workers (default 2) are witnesses,
- * never killed: a victim lives some 30 ms, too short for any bound to catch
- * it hanging, so it is the witnesses, working through everything the
- * victims leave behind (dead holders, dead probes, a mutex to repair), that
- * show whether a crash blocks anyone beyond a bounded time (I6).  Checked
- * by the workers and the parent, outside the library's own bookkeeping (in
- * an anonymous shared mapping the library never sees):
+ * gate-mid-grant, gate-mid-leave, table-mid-insert, table-mid-evict) and
+ * die there on their own, which random kills only rarely hit.  The first V
+ * workers (default 2) are witnesses, never killed: a victim lives some 30 ms,
+ * too short for any bound to catch it hanging, so it is the witnesses, working
+ * through everything the victims leave behind (dead holders, dead probes, a
+ * mutex to repair), that show whether a crash blocks anyone beyond a bounded
+ * time (I6).  Checked by the workers and the parent, outside the library's own
+ * bookkeeping (in an anonymous shared mapping the library never sees):
  *
  *   hangs           an operation ran past its bound: an enter or wait with
  *                   timeout T must return within T + 2 s, anything else
@@ -63,7 +66,9 @@
 #include <unistd.h>
 
 #define MAX_WORKERS 64
-#define MAX_KEYS 16
+#define MAX_FIXED 16
+#define MAX_TRANSIENT 64
+#define MAX_KEYS (MAX_FIXED + MAX_TRANSIENT)
 #define NS_PER_MS UINT64_C(1000000)
 #define SLACK_NS (2000 * NS_PER_MS) /* enter/wait: timeout + this */
 #define BOUND_NS (3000 * NS_PER_MS) /* every other operation */
@@ -130,7 +135,9 @@ struct worker {
  * could have wiped it, and every check sees only such records. */
 struct key {
   char name[32];
-  int cap;                   /* 0 = auto */
+  int cap;        /* 0 = auto */
+  bool transient; /* comes and goes: inserted, evicted, inserted again */
+  bool evictable; /* transient, or auto (a key with no setting is idle) */
   _Atomic uint64_t holders;  /* bit w: worker w holds it */
   _Atomic uint64_t clearing; /* bit w: worker w is clearing it */
   _Atomic uint32_t gen;
@@ -148,7 +155,11 @@ struct shared {
 };
 
 static struct shared *S;
-static int nworkers = 8, nkeys = 4, nwitnesses = 2;
+static int nworkers = 8, nwitnesses = 2;
+static int nkeys = 4;   /* fixed keys: [0, nkeys), each with its cap */
+static int ntrans = 48; /* transient keys: [nkeys, nall), in a small table */
+static int nall = 52;
+static int nkept = 3; /* keys never evicted: the fixed ones with a cap */
 static throttle_config_t *cfg;
 static char segname[64];
 
@@ -198,6 +209,11 @@ static void op_end(void) {
 }
 
 static void unexpected(const char *what, int k, int rc, throttle_t *h) {
+  /* A key without settings may have been evicted (ENOKEY), and a table of
+   * pending keys has no room for one more (EFULL): answers, not faults. */
+  if (k >= 0 && S->k[k].evictable &&
+      (rc == THROTTLE_ENOKEY || rc == THROTTLE_EFULL))
+    return;
   bump(&S->errors);
   fprintf(stderr, "torture: worker %d (pid %d): %s(%s): %s: %s\n", me,
           (int)getpid(), what, k >= 0 ? S->k[k].name : "-",
@@ -474,6 +490,8 @@ static void one_op(throttle_t *h, int k, unsigned p, uint64_t *rsp) {
     op_end();
   } else if (p < 760) {
     do_clear(h, k);
+  } else if (p < 790 && S->k[k].transient) {
+    check_info(h, k); /* a cap would keep it from ever being evicted */
   } else if (p < 790) {
     op_begin(OP_SETCAP, k, BOUND_NS);
     rc = throttle_set_max_parallel(h, key, (uint32_t)S->k[k].cap);
@@ -486,7 +504,7 @@ static void one_op(throttle_t *h, int k, unsigned p, uint64_t *rsp) {
     int n = 0;
     op_begin(OP_FOREACH, -1, BOUND_NS);
     rc = throttle_foreach(h, count_key, &n);
-    if (rc != 0 || n < nkeys) {
+    if (rc != 0 || n < nkept) {
       if (rc == 0)
         fprintf(stderr, "torture: foreach listed %d keys\n", n);
       unexpected("foreach", -1, rc, h);
@@ -528,6 +546,13 @@ static void one_op(throttle_t *h, int k, unsigned p, uint64_t *rsp) {
 static const unsigned fast_ops[] = {350, 350, 400, 400, 400, 600,
                                     600, 760, 790, 790, 930, 730};
 
+/* Half the time a fixed key, half the time a transient one. */
+static int pick_key(uint64_t *rs) {
+  if (ntrans > 0 && rnd(rs, 2) == 0)
+    return nkeys + (int)rnd(rs, (unsigned)ntrans);
+  return (int)rnd(rs, (unsigned)nkeys);
+}
+
 static int worker_main(uint64_t seed) {
   signal(SIGINT, SIG_IGN); /* the parent decides when workers end */
   uint64_t rs = seed;
@@ -544,10 +569,10 @@ static int worker_main(uint64_t seed) {
     if (rnd(&rs, 8) == 0) {
       unsigned n = 10 + rnd(&rs, 200);
       for (unsigned i = 0; i < n && !atomic_load(&S->stop); i++)
-        one_op(h, (int)rnd(&rs, (unsigned)nkeys),
+        one_op(h, pick_key(&rs),
                fast_ops[rnd(&rs, sizeof fast_ops / sizeof fast_ops[0])], &rs);
     } else {
-      one_op(h, (int)rnd(&rs, (unsigned)nkeys), rnd(&rs, 1000), &rs);
+      one_op(h, pick_key(&rs), rnd(&rs, 1000), &rs);
     }
   }
   op_begin(OP_CLOSE, -1, BOUND_NS);
@@ -570,9 +595,11 @@ static void on_signal(int sig) {
  * named points (THROTTLE_CRASH_AT, compiled into the test build), which
  * random kills only rarely hit — inside the mutex, half-way through an
  * update, between granting a slot and waking its holder, between freeing
- * a slot and handing it over. */
-static const char *const crash_points[] = {"after-lock", "mid-update",
-                                           "gate-mid-grant", "gate-mid-leave"};
+ * a slot and handing it over, half-way through inserting or evicting a
+ * key. */
+static const char *const crash_points[] = {
+    "after-lock",     "mid-update",       "gate-mid-grant",
+    "gate-mid-leave", "table-mid-insert", "table-mid-evict"};
 #define NCRASH_POINTS (int)(sizeof crash_points / sizeof crash_points[0])
 static uint64_t crashpoint_deaths;
 
@@ -620,7 +647,7 @@ static void buried(int w, int st) {
             WIFSIGNALED(st) ? "signal" : "exit status",
             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
   }
-  for (int k = 0; k < nkeys; k++) {
+  for (int k = 0; k < nall; k++) {
     struct key *K = &S->k[k];
     atomic_fetch_and(&K->holders, ~bit);
     if (atomic_load(&K->clearing) & bit) {
@@ -703,8 +730,8 @@ static void check_hangs(uint64_t *rs) {
             "torture: HANG: worker %d (pid %d) in %s(%s) past its "
             "bound\n",
             w, pid, op >= 0 && op < OP_COUNT_ ? op_name[op] : "?",
-            k >= 0 && k < nkeys ? S->k[k].name : "-");
-    if (k >= 0 && k < nkeys)
+            k >= 0 && k < nall ? S->k[k].name : "-");
+    if (k >= 0 && k < nall)
       dump_key(ph, k);
     atomic_store(&S->w[w].killing, 1);
     kill(pid, SIGKILL);
@@ -735,7 +762,7 @@ static int busy_slots(int k) {
       n += r->slot[j].state != THROTTLE__SLOT_FREE;
     return n;
   }
-  return -1; /* the key is gone: it should not be */
+  return -1; /* not in the table */
 }
 
 /* (c): every slot a dead process held or waited in comes back, by death
@@ -745,11 +772,16 @@ static int busy_slots(int k) {
 static uint64_t reclaim_all(uint64_t killed_at) {
   uint64_t deadline = killed_at + (uint64_t)LEASE_MS / 2 * NS_PER_MS;
   bool clean[MAX_KEYS] = {false};
-  int left = nkeys;
+  int left = nall;
   while (left > 0 && mono_ns() < deadline) {
-    for (int k = 0; k < nkeys; k++) {
+    for (int k = 0; k < nall; k++) {
       if (clean[k])
         continue;
+      if (S->k[k].evictable && busy_slots(k) < 0) {
+        clean[k] = true; /* evicted, so nothing held */
+        left--;
+        continue;
+      }
       throttle_ticket_t *t = NULL;
       uint64_t t0 = mono_ns();
       if (throttle_enter(ph, S->k[k].name, THROTTLE_CLASS_LIVE, 100, &t) == 0)
@@ -768,7 +800,7 @@ static uint64_t reclaim_all(uint64_t killed_at) {
     }
     sleep_us(10 * 1000);
   }
-  for (int k = 0; k < nkeys; k++)
+  for (int k = 0; k < nall; k++)
     if (!clean[k]) {
       fprintf(stderr,
               "torture: UNRECLAIMED: %s: %d slots still taken %.0f ms "
@@ -780,11 +812,33 @@ static uint64_t reclaim_all(uint64_t killed_at) {
   return (uint64_t)left;
 }
 
+/* (e): the table itself, after everyone died and the last repair ran
+ * (th_table_faults: every record found by its key, counts and free list
+ * right, nothing left half done), and no key with a cap lost. */
+static void validate_table(void) {
+  char why[256];
+  int n = th_table_faults(ph, why, sizeof why);
+  if (n != 0) {
+    bump(&S->errors);
+    fprintf(stderr, "torture: TABLE: %d faults, the first: %s\n", n, why);
+  }
+  for (int k = 0; k < nkeys; k++) {
+    if (S->k[k].evictable)
+      continue;
+    throttle_info_t *info = NULL;
+    if (throttle_info(ph, S->k[k].name, &info) != 0) {
+      bump(&S->errors);
+      fprintf(stderr, "torture: TABLE: %s is gone\n", S->k[k].name);
+    }
+    throttle_info_free(info);
+  }
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: torture [--kills N] [--workers 2..%d] [--keys 1..%d] "
-          "[--witnesses W] [--seed S]\n",
-          MAX_WORKERS, MAX_KEYS);
+          "[--transient 0..%d] [--witnesses W] [--seed S]\n",
+          MAX_WORKERS, MAX_FIXED, MAX_TRANSIENT);
   exit(64);
 }
 
@@ -807,8 +861,10 @@ int main(int argc, char **argv) {
       kills_wanted = v;
     else if (strcmp(argv[i], "--workers") == 0 && v >= 1 && v <= MAX_WORKERS)
       nworkers = (int)v;
-    else if (strcmp(argv[i], "--keys") == 0 && v >= 1 && v <= MAX_KEYS)
+    else if (strcmp(argv[i], "--keys") == 0 && v >= 1 && v <= MAX_FIXED)
       nkeys = (int)v;
+    else if (strcmp(argv[i], "--transient") == 0 && v <= MAX_TRANSIENT)
+      ntrans = (int)v;
     else if (strcmp(argv[i], "--witnesses") == 0 && v < MAX_WORKERS)
       nwitnesses = (int)v;
     else if (strcmp(argv[i], "--seed") == 0)
@@ -818,10 +874,18 @@ int main(int argc, char **argv) {
   }
   if (nwitnesses >= nworkers)
     usage();
+  nall = nkeys + ntrans;
+  /* Room for the fixed keys and half the transient ones: new keys keep
+   * evicting idle ones, and now and then find none to evict (EFULL). */
+  uint32_t capacity = (uint32_t)(nkeys + (ntrans + 1) / 2);
+  if (capacity < 8)
+    capacity = 8;
   setvbuf(stdout, NULL, _IOLBF, 0);
-  printf("torture: seed=%" PRIu64
-         " workers=%d witnesses=%d keys=%d kills=%" PRIu64 "\n",
-         seed, nworkers, nwitnesses, nkeys, kills_wanted);
+  printf(
+      "torture: seed=%" PRIu64
+      " workers=%d witnesses=%d keys=%d transient=%d capacity=%u kills=%" PRIu64
+      "\n",
+      seed, nworkers, nwitnesses, nkeys, ntrans, capacity, kills_wanted);
   uint64_t rs = seed;
 
   S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -838,7 +902,7 @@ int main(int argc, char **argv) {
   atexit(cleanup);
   cfg = throttle_config_new();
   if (cfg == NULL || throttle_config_set_segment(cfg, segname) != 0 ||
-      throttle_config_set_capacity(cfg, 64) != 0 ||
+      throttle_config_set_capacity(cfg, capacity) != 0 ||
       throttle_config_set_lock_timeout(cfg, LOCK_TIMEOUT_MS) != 0 ||
       throttle_config_set_lease(cfg, LEASE_MS) != 0 ||
       throttle_config_set_max_delay(cfg, MAX_DELAY_MS) != 0 ||
@@ -853,14 +917,22 @@ int main(int argc, char **argv) {
     return 2;
   }
   static const int caps[] = {1, 2, 3, 0};
+  nkept = 0;
   for (int k = 0; k < nkeys; k++) {
     snprintf(S->k[k].name, sizeof S->k[k].name, "torture:k%d", k);
     S->k[k].cap = caps[k % 4];
+    S->k[k].evictable = S->k[k].cap == 0;
+    nkept += !S->k[k].evictable;
     rc = throttle_set_max_parallel(ph, S->k[k].name, (uint32_t)S->k[k].cap);
     if (rc != 0) {
       fprintf(stderr, "torture: set_max_parallel: %s\n", throttle_err_name(rc));
       return 2;
     }
+  }
+  for (int k = nkeys; k < nall; k++) {
+    snprintf(S->k[k].name, sizeof S->k[k].name, "torture:t%d", k - nkeys);
+    S->k[k].transient = true;
+    S->k[k].evictable = true;
   }
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
@@ -909,14 +981,15 @@ int main(int argc, char **argv) {
     buried(w, st);
   }
   uint64_t killed_at = mono_ns();
-  for (int k = 0; k < nkeys; k++)
+  for (int k = 0; k < nall; k++)
     throttle_resume(ph, S->k[k].name);
   uint64_t unreclaimed = reclaim_all(killed_at);
+  validate_table();
 
   /* (e) the segment is still what it should be. */
   throttle_config_t *c2 = throttle_config_new();
   throttle_t *h2 = NULL;
-  uint64_t repairs = 0;
+  uint64_t repairs = 0, evictions = 0;
   int n = 0;
   if (c2 == NULL || throttle_config_set_segment(c2, segname) != 0 ||
       throttle_config_set_flags(c2, THROTTLE_NO_FALLBACK |
@@ -926,12 +999,12 @@ int main(int argc, char **argv) {
             throttle_err_name(rc), throttle_errmsg(NULL));
     bump(&S->errors);
   } else {
-    if ((rc = throttle_foreach(h2, count_key, &n)) != 0 || n != nkeys) {
-      fprintf(stderr, "torture: foreach: %s, %d keys (want %d)\n",
-              throttle_err_name(rc), n, nkeys);
+    if ((rc = throttle_foreach(h2, count_key, &n)) != 0 || n > nall) {
+      fprintf(stderr, "torture: foreach: %s, %d keys (at most %d)\n",
+              throttle_err_name(rc), n, nall);
       bump(&S->errors);
     }
-    if ((rc = throttle_stats(h2, NULL, NULL, NULL, &repairs)) != 0) {
+    if ((rc = throttle_stats(h2, NULL, NULL, &evictions, &repairs)) != 0) {
       fprintf(stderr, "torture: stats: %s\n", throttle_err_name(rc));
       bump(&S->errors);
     }
@@ -956,10 +1029,11 @@ int main(int argc, char **argv) {
   uint64_t errors = atomic_load(&S->errors);
   printf("torture: admissions=%" PRIu64 " publishes_recorded=%" PRIu64
          " not_before_checks=%" PRIu64 " crashpoint_deaths=%" PRIu64
-         " restarts=%" PRIu64 "\n",
+         " restarts=%" PRIu64 " evictions=%" PRIu64 "\n",
          (uint64_t)atomic_load(&S->admissions),
          (uint64_t)atomic_load(&S->publishes_recorded),
-         (uint64_t)atomic_load(&S->nb_checks), crashpoint_deaths, restarts);
+         (uint64_t)atomic_load(&S->nb_checks), crashpoint_deaths, restarts,
+         evictions);
   if (errors || crashes || interrupted)
     printf("torture: unexpected_errors=%" PRIu64 " crashes=%" PRIu64 "%s\n",
            errors, crashes, interrupted ? " interrupted" : "");
