@@ -28,8 +28,8 @@ LDLIBS_CORE := -lpthread -lrt
 
 CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/table.c libthrottle/handle.c libthrottle/backoff.c \
-            libthrottle/gate.c libthrottle/settings.c
-CORE_HDR := include/throttle.h libthrottle/internal.h
+            libthrottle/gate.c libthrottle/settings.c libthrottle/fault.c
+CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h
 
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.

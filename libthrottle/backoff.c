@@ -335,7 +335,9 @@ THROTTLE_EXTERN int64_t throttle_info_get(const throttle_info_t *info,
   return info->field[f];
 }
 
-THROTTLE_EXTERN void throttle_info_free(throttle_info_t *info) { free(info); }
+THROTTLE_EXTERN void throttle_info_free(throttle_info_t *info) {
+  throttle__free(info);
+}
 
 THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
                                   throttle_info_t **out) {
@@ -346,12 +348,12 @@ THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  throttle_info_t *info = malloc(sizeof *info);
+  throttle_info_t *info = throttle__malloc(sizeof *info);
   if (info == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0) {
-    free(info);
+    throttle__free(info);
     return rc;
   }
   struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
@@ -359,7 +361,7 @@ THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
     snapshot(h, r, throttle__now_ns(), info);
   throttle__unlock(h);
   if (r == NULL) {
-    free(info);
+    throttle__free(info);
     return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
   }
   *out = info;
@@ -389,14 +391,14 @@ THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
   for (;;) {
     if (room > h->capacity)
       room = h->capacity;
-    throttle_info_t *grown = realloc(all, room * sizeof *all);
+    throttle_info_t *grown = throttle__realloc(all, room * sizeof *all);
     if (grown == NULL) {
-      free(all);
+      throttle__free(all);
       return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
     }
     all = grown;
     if ((rc = throttle__lock(h)) != 0) {
-      free(all);
+      throttle__free(all);
       return rc;
     }
     /* used is shared memory: past the capacity it is garbage, and the
@@ -420,7 +422,7 @@ THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
   rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++)
     rc = fn(&all[i], arg);
-  free(all);
+  throttle__free(all);
   return rc;
 }
 

@@ -18,6 +18,7 @@
  * to have lasted exactly as asked.
  */
 #include "internal.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -27,17 +28,40 @@
 #include <time.h>
 #include <unistd.h>
 
+/* When no clock answers.  clock_gettime() fails only for a clock the
+ * kernel lacks (CLOCK_BOOTTIME before 2.6.39) or a system call a sandbox
+ * refuses; the timespec is then unset, and using it would publish or wait
+ * for a garbage time.  Instead: CLOCK_BOOTTIME, else CLOCK_MONOTONIC (the
+ * same but across a suspend), else the latest reading any thread of the
+ * process made — time stands still for that call, so a not-before is
+ * neither passed early nor pushed out.  A process none of whose readings
+ * ever succeeded gets 0.  The latest reading is stored at most once per
+ * millisecond, so threads reading the clock do not all write one shared
+ * cache line; it may therefore be up to 1 ms old. */
+static _Atomic uint64_t seen_now, seen_mono;
+
+static uint64_t remember(_Atomic uint64_t *seen, const struct timespec *ts) {
+  uint64_t v = (uint64_t)ts->tv_sec * UINT64_C(1000000000) +
+               (uint64_t)ts->tv_nsec;
+  if (v >= atomic_load_explicit(seen, memory_order_relaxed) +
+               THROTTLE__NS_PER_MS)
+    atomic_store_explicit(seen, v, memory_order_relaxed);
+  return v;
+}
+
 uint64_t throttle__now_ns(void) {
   struct timespec ts;
-  if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0)
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* kernels before 2.6.39 only */
-  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_BOOTTIME, &ts)) == 0 ||
+      THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) == 0)
+    return remember(&seen_now, &ts);
+  return atomic_load_explicit(&seen_now, memory_order_relaxed);
 }
 
 uint64_t throttle__mono_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) == 0)
+    return remember(&seen_mono, &ts);
+  return atomic_load_explicit(&seen_mono, memory_order_relaxed);
 }
 
 uint64_t throttle__sat_add(uint64_t a, uint64_t b) {
@@ -53,24 +77,23 @@ void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
     rel_ns = UINT64_C(86400) * 1000000000u;
   ts.tv_sec = (time_t)(rel_ns / 1000000000u);
   ts.tv_nsec = (long)(rel_ns % 1000000000u);
+  /* Every caller re-checks after a wait, so an early return (EINTR, or a
+   * test's injected fault) costs a loop, never a wrong answer. */
+  if (THROTTLE__FAULT(FUTEX))
+    return;
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL, 0);
 }
 
 void throttle__futex_wake(_Atomic uint32_t *word) {
+  /* A lost wake makes a sleeper late (until its own time or re-check
+   * interval runs out), never early. */
+  if (THROTTLE__FAULT(FUTEX))
+    return;
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* xorshift64*, seeded per thread from getrandom (or time and pid). */
+/* Per thread: jitter must not make the threads of one process agree. */
 uint64_t throttle__random(void) {
   static THROTTLE__TLS uint64_t s;
-  if (s == 0) {
-    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s)
-      s = throttle__mono_ns() ^ ((uint64_t)getpid() << 32);
-    if (s == 0)
-      s = UINT64_C(0x9e3779b97f4a7c15);
-  }
-  s ^= s >> 12;
-  s ^= s << 25;
-  s ^= s >> 27;
-  return s * UINT64_C(0x2545f4914f6cdd1d);
+  return throttle__rng_next(&s);
 }

@@ -448,7 +448,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  throttle_ticket_t *t = calloc(1, sizeof *t);
+  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
   if (t == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   t->h = h;
@@ -579,7 +579,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     if (until > now)
       throttle__futex_wait(word, seen, until - now);
   }
-  free(t);
+  throttle__free(t);
   return rc;
 }
 
@@ -606,7 +606,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms) {
   if (h == NULL || t == NULL || t->h != h) {
-    free(t);
+    throttle__free(t);
     return THROTTLE_EINVAL;
   }
   if ((unsigned)outcome > THROTTLE_OUTCOME_ABANDONED) {
@@ -615,7 +615,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   int rc = throttle__lock(h);
   if (rc != 0) {
-    free(t);
+    throttle__free(t);
     return rc; /* the slot lapses with its lease */
   }
   uint64_t now = throttle__now_ns();
@@ -664,7 +664,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   throttle__unlock(h);
   wake_all(&w);
-  free(t);
+  throttle__free(t);
   if (rc == 0)
     throttle__clear_msg(h);
   return rc;

@@ -19,14 +19,14 @@ enum {
 };
 
 THROTTLE_EXTERN throttle_config_t *throttle_config_new(void) {
-  return calloc(1, sizeof(throttle_config_t));
+  return throttle__calloc(1, sizeof(throttle_config_t));
 }
 
 THROTTLE_EXTERN void throttle_config_free(throttle_config_t *cfg) {
   if (cfg == NULL)
     return;
-  free(cfg->segment);
-  free(cfg);
+  throttle__free(cfg->segment);
+  throttle__free(cfg);
 }
 
 static int valid_segment_name(const char *name) {
@@ -59,11 +59,11 @@ THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
                                                 const char *name) {
   if (cfg == NULL || !valid_segment_name(name))
     return THROTTLE_EINVAL;
-  char *copy = malloc(strlen(name) + 2);
+  char *copy = throttle__malloc(strlen(name) + 2);
   if (copy == NULL)
     return THROTTLE_ENOMEM;
   snprintf(copy, strlen(name) + 2, "%s%s", name[0] == '/' ? "" : "/", name);
-  free(cfg->segment);
+  throttle__free(cfg->segment);
   cfg->segment = copy;
   return 0;
 }
@@ -136,9 +136,10 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
   if (out == NULL)
     return THROTTLE_EINVAL;
   *out = NULL;
-  throttle_t *h = calloc(1, sizeof *h);
+  throttle_t *h = throttle__calloc(1, sizeof *h);
   if (h == NULL)
-    return THROTTLE_ENOMEM;
+    return throttle__fail(NULL, THROTTLE_ENOMEM,
+                          "out of memory for a handle (%zu bytes)", sizeof *h);
   const char *bad = NULL;
   if (resolve_name(cfg != NULL ? cfg->segment : NULL, h->name,
                    sizeof h->name) != 0)
@@ -176,7 +177,7 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
   }
   if (h->flags & THROTTLE_NO_FALLBACK) {
     throttle__orphan_msg(h);
-    free(h);
+    throttle__free(h);
     return rc;
   }
   /* Fail open: same code, private memory.  Keep the reason for the caller;
@@ -186,8 +187,12 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
   throttle__clear_msg(h);
   int prc = throttle__segment_private(h, want_capacity);
   if (prc != 0) {
-    free(h);
-    return prc;
+    /* No handle at all: THROTTLE_ENOMEM is the one code that says so
+     * (throttle.h), whatever the private mapping failed on.  Its message
+     * stays readable through throttle_errmsg(NULL). */
+    throttle__orphan_msg(h);
+    throttle__free(h);
+    return THROTTLE_ENOMEM;
   }
   *out = h;
   return rc;
@@ -198,7 +203,7 @@ THROTTLE_EXTERN void throttle_close(throttle_t *h) {
     return;
   throttle__clear_msg(h);
   throttle__segment_close(h);
-  free(h);
+  throttle__free(h);
 }
 
 THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h) {

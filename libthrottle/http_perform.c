@@ -8,6 +8,7 @@
  * source below rather than the core's.
  */
 #include "http_internal.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -62,19 +63,10 @@ static void sleep_ms(uint64_t ms) {
   }
 }
 
-/* xorshift64*, per thread, seeded from getrandom (or the clock and pid). */
+/* Per thread, like the core's (rng.h). */
 static uint64_t random64(void) {
   static __thread uint64_t s;
-  if (s == 0) {
-    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s)
-      s = mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&s;
-    if (s == 0)
-      s = UINT64_C(0x9e3779b97f4a7c15);
-  }
-  s ^= s >> 12;
-  s ^= s << 25;
-  s ^= s >> 27;
-  return s * UINT64_C(0x2545f4914f6cdd1d);
+  return throttle__rng_next(&s);
 }
 
 /* Full jitter: uniform in [0, min(cap, base * 2^k)]. */
@@ -152,7 +144,7 @@ static size_t tee_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     return r;
   }
   if (t->buf == NULL && !t->oom) {
-    t->buf = malloc(THROTTLE_CURL_BODY_MAX + 1);
+    t->buf = throttle__malloc(THROTTLE_CURL_BODY_MAX + 1);
     t->oom = t->buf == NULL;
   }
   if (t->buf != NULL && t->len < THROTTLE_CURL_BODY_MAX) {
@@ -246,7 +238,7 @@ static int report(throttle_t *h, throttle_ticket_t *ticket,
 /* ---- the result ------------------------------------------------------------ */
 
 static void take_body(throttle_curl_result_t *r, struct tee *t) {
-  free(r->body);
+  throttle__free(r->body);
   r->body = t->buf;
   r->body_len = t->buf != NULL ? t->len : 0;
   if (r->body != NULL)
@@ -406,7 +398,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
     return THROTTLE_EINVAL;
   const throttle_curl_policy_t *p =
       policy != NULL ? policy : throttle__curl_policy_default();
-  throttle_curl_result_t *r = calloc(1, sizeof *r);
+  throttle_curl_result_t *r = throttle__calloc(1, sizeof *r);
   if (r == NULL)
     return THROTTLE_ENOMEM;
   r->shared = throttle_is_shared(h);
@@ -490,7 +482,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
       break;
   }
 
-  free(t.buf);
+  throttle__free(t.buf);
   /* Leave the handle writing where the application asked. */
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, p->sink);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA,
@@ -526,8 +518,8 @@ THROTTLE_EXTERN const char *throttle_curl_status_name(throttle_curl_status_t s) 
 THROTTLE_EXTERN void throttle_curl_result_free(throttle_curl_result_t *r) {
   if (r == NULL)
     return;
-  free(r->body);
-  free(r);
+  throttle__free(r->body);
+  throttle__free(r);
 }
 
 THROTTLE_EXTERN throttle_curl_status_t

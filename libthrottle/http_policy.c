@@ -36,15 +36,15 @@ static void free_codes(char **codes, size_t n) {
   if (codes == default_codes)
     return;
   for (size_t i = 0; i < n; i++)
-    free(codes[i]);
-  free(codes);
+    throttle__free(codes[i]);
+  throttle__free(codes);
 }
 
 THROTTLE_EXTERN int throttle_curl_policy_new(throttle_curl_policy_t **out) {
   if (out == NULL)
     return THROTTLE_EINVAL;
   *out = NULL;
-  throttle_curl_policy_t *p = malloc(sizeof *p);
+  throttle_curl_policy_t *p = throttle__malloc(sizeof *p);
   if (p == NULL)
     return THROTTLE_ENOMEM;
   *p = default_policy; /* shares the static default code list until set */
@@ -56,7 +56,7 @@ THROTTLE_EXTERN void throttle_curl_policy_free(throttle_curl_policy_t *p) {
   if (p == NULL)
     return;
   free_codes(p->locked, p->nlocked);
-  free(p);
+  throttle__free(p);
 }
 
 THROTTLE_EXTERN int throttle_curl_policy_set_retries(throttle_curl_policy_t *p,
@@ -113,11 +113,11 @@ throttle_curl_policy_set_locked_codes(throttle_curl_policy_t *p,
       return THROTTLE_EINVAL;
   }
   /* Build the whole new set before touching the old one. */
-  char **set = calloc(n > 0 ? n : 1, sizeof *set);
+  char **set = throttle__calloc(n > 0 ? n : 1, sizeof *set);
   if (set == NULL)
     return THROTTLE_ENOMEM;
   for (size_t i = 0; i < n; i++) {
-    set[i] = strdup(codes[i]);
+    set[i] = throttle__strdup(codes[i]);
     if (set[i] == NULL) {
       free_codes(set, i);
       return THROTTLE_ENOMEM;

@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
 #define THROTTLE__LAYOUT 1u
@@ -267,6 +269,73 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)
 #else
 #define THROTTLE__CRASHPOINT(name) ((void)0)
+#endif
+
+/* ---- fault injection (fault.c) -----------------------------------------
+ *
+ * Test builds can make the Nth call of a kind fail, as SQLite's tests do,
+ * to check the error and the state after each failure.  Every allocation
+ * of the library and every system call whose failure it handles goes
+ * through a hook; in release builds the hooks are the plain calls (macros:
+ * no code, no symbols).  Each kind fails with the errno in brackets unless
+ * throttle__fault_errno() says otherwise. */
+enum throttle__fault_kind {
+  THROTTLE__FAULT_ALLOC,      /* malloc, calloc, realloc, strdup [ENOMEM] */
+  THROTTLE__FAULT_SHM_OPEN,   /* [EMFILE] */
+  THROTTLE__FAULT_FCHMOD,     /* [EPERM] */
+  THROTTLE__FAULT_FLOCK,      /* taking the init lock [ENOLCK] */
+  THROTTLE__FAULT_FSTAT,      /* [EIO] */
+  THROTTLE__FAULT_FTRUNCATE,  /* [EIO] */
+  THROTTLE__FAULT_FALLOCATE,  /* posix_fallocate [ENOSPC] */
+  THROTTLE__FAULT_MMAP,       /* shared and private mappings [ENOMEM] */
+  THROTTLE__FAULT_MUTEX_INIT, /* pthread_mutex_init [EAGAIN] */
+  THROTTLE__FAULT_LOCK,       /* taking the segment mutex [ETIMEDOUT]; the
+                                 mutex is then not held, so EOWNERDEAD must
+                                 never be injected */
+  THROTTLE__FAULT_CLOCK,      /* clock_gettime [EINVAL] */
+  THROTTLE__FAULT_FUTEX,      /* a wait returns at once, a wake is lost
+                                 [EINTR] */
+  THROTTLE__FAULT_KINDS_
+};
+
+#ifdef THROTTLE_TESTING
+/* Fail the nth call of kind counted from now (1 = the next one); n = 0
+ * disarms it.  Arming resets the kind's counters. */
+void throttle__fault_arm(int kind, unsigned long n);
+/* Fail every call from the nth on, not only the nth. */
+void throttle__fault_persist(int kind, bool on);
+/* The errno a failing call of kind reports (0: the kind's default). */
+void throttle__fault_errno(int kind, int err);
+/* Calls of kind since it was armed, and how many of them failed. */
+unsigned long throttle__fault_calls(int kind);
+unsigned long throttle__fault_hits(int kind);
+/* Disarm every kind and reset the counters (not the live allocations). */
+void throttle__fault_reset(void);
+/* Allocations made through the hooks and not yet freed. */
+long throttle__fault_live(void);
+const char *throttle__fault_name(int kind);
+/* The hook: 0 to go on with the real call, or the errno to fail with
+ * (errno is then set to it). */
+int throttle__fault(int kind);
+
+void *throttle__malloc(size_t n);
+void *throttle__calloc(size_t n, size_t size);
+void *throttle__realloc(void *p, size_t n);
+char *throttle__strdup(const char *s);
+void throttle__free(void *p);
+
+/* The call, or fail (kind's errno set) when the test says so. */
+#define THROTTLE__FAULT(kind) throttle__fault(THROTTLE__FAULT_##kind)
+#define THROTTLE__SYS(kind, fail, call)                                        \
+  (THROTTLE__FAULT(kind) ? (fail) : (call))
+#else
+#define THROTTLE__FAULT(kind) 0
+#define THROTTLE__SYS(kind, fail, call) (call)
+#define throttle__malloc(n) malloc(n)
+#define throttle__calloc(n, size) calloc((n), (size))
+#define throttle__realloc(p, n) realloc((p), (n))
+#define throttle__strdup(s) strdup(s)
+#define throttle__free(p) free(p)
 #endif
 
 #endif

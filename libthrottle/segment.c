@@ -149,7 +149,7 @@ static int init_mutex(pthread_mutex_t *m, int pshared) {
   if (rc == 0)
     rc = pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_NONE);
   if (rc == 0)
-    rc = pthread_mutex_init(m, &ma);
+    rc = THROTTLE__SYS(MUTEX_INIT, errno, pthread_mutex_init(m, &ma));
   pthread_mutexattr_destroy(&ma);
   return rc;
 }
@@ -199,12 +199,15 @@ static int sys_fail(throttle_t *h, const char *what, int e) {
 static int take_flock(throttle_t *h, int fd) {
   uint64_t deadline =
       throttle__mono_ns() + (uint64_t)h->lock_timeout_ms * THROTTLE__NS_PER_MS;
-  for (;;) {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+  /* Each nap lasts at least 2 ms, so counting them bounds the wait too,
+   * should the clock stand still (see clock.c). */
+  uint64_t naps = h->lock_timeout_ms / 2 + 1;
+  for (uint64_t nap = 0;; nap++) {
+    if (THROTTLE__SYS(FLOCK, -1, flock(fd, LOCK_EX | LOCK_NB)) == 0)
       return 0;
     if (errno != EWOULDBLOCK && errno != EINTR)
       return sys_fail(h, "flock", errno);
-    if (throttle__mono_ns() >= deadline)
+    if (throttle__mono_ns() >= deadline || nap >= naps)
       return throttle__fail(h, THROTTLE_EINITTIMEOUT,
                             "%s: another process kept the segment's init lock "
                             "for more than %u ms",
@@ -218,7 +221,7 @@ static int take_flock(throttle_t *h, int fd) {
 static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                          int created) {
   struct stat st;
-  if (fstat(fd, &st) != 0)
+  if (THROTTLE__SYS(FSTAT, -1, fstat(fd, &st)) != 0)
     return sys_fail(h, "fstat", errno);
   if (st.st_uid != geteuid())
     return throttle__fail(h, THROTTLE_EOWNER,
@@ -243,7 +246,9 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                           "it (throttlectl rm)",
                           h->name, (unsigned long long)size);
   if (size != 0) {
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base = THROTTLE__SYS(
+        MMAP, MAP_FAILED,
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     if (base == MAP_FAILED)
       return sys_fail(h, "mmap", errno);
     struct throttle__hdr *hdr = base;
@@ -276,9 +281,10 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
   uint64_t roff, total;
   layout_sizes(capacity, &nb, &roff, &total);
   THROTTLE__CRASHPOINT("init-before-truncate");
-  if (ftruncate(fd, (off_t)total) != 0)
+  if (THROTTLE__SYS(FTRUNCATE, -1, ftruncate(fd, (off_t)total)) != 0)
     return sys_fail(h, "ftruncate", errno);
-  int e = posix_fallocate(fd, 0, (off_t)total);
+  int e = THROTTLE__SYS(FALLOCATE, errno,
+                        posix_fallocate(fd, 0, (off_t)total));
   if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
     if (size == 0) { /* never shrink what others may map */
       int ignored = ftruncate(fd, 0);
@@ -286,7 +292,9 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
     }
     return sys_fail(h, "posix_fallocate", e);
   }
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *base = THROTTLE__SYS(
+      MMAP, MAP_FAILED,
+      mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   if (base == MAP_FAILED)
     return sys_fail(h, "mmap", errno);
   int rc = build(h, base, capacity, 1);
@@ -304,11 +312,13 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
   int created = 0;
   int fd = -1;
   if (!(h->flags & THROTTLE_NO_CREATE)) {
-    fd = shm_open(h->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+    fd = THROTTLE__SYS(
+        SHM_OPEN, -1,
+        shm_open(h->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode));
     if (fd >= 0) {
       created = 1;
       /* shm_open applied the umask; set the mode we mean. */
-      if (fchmod(fd, mode) != 0) {
+      if (THROTTLE__SYS(FCHMOD, -1, fchmod(fd, mode)) != 0) {
         int e = errno;
         close(fd);
         shm_unlink(h->name);
@@ -319,7 +329,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
     }
   }
   if (fd == -1)
-    fd = shm_open(h->name, O_RDWR | O_NOFOLLOW, 0);
+    fd = THROTTLE__SYS(SHM_OPEN, -1,
+                       shm_open(h->name, O_RDWR | O_NOFOLLOW, 0));
   if (fd < 0) {
     int e = errno;
     if (e == ELOOP)
@@ -358,8 +369,9 @@ int throttle__segment_private(throttle_t *h, uint32_t capacity) {
   uint32_t nb;
   uint64_t roff, total;
   layout_sizes(capacity, &nb, &roff, &total);
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *base = THROTTLE__SYS(MMAP, MAP_FAILED,
+                             mmap(NULL, total, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (base == MAP_FAILED)
     return throttle__fail(h, THROTTLE_ENOMEM, "private fallback: mmap: %s",
                           strerror(errno));
@@ -399,7 +411,13 @@ void throttle__segment_close(throttle_t *h) {
 
 static int lock_timed(throttle_t *h) {
   struct timespec ts;
-  clock_gettime(LOCK_CLOCK, &ts);
+  /* No clock: a deadline already past, so the lock is tried once and the
+   * caller gets THROTTLE_ELOCKTIMEOUT rather than a garbage timeout. */
+  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(LOCK_CLOCK, &ts)) != 0) {
+    ts.tv_sec = 0;
+    ts.tv_nsec = 0;
+    return LOCK_MUTEX(&h->hdr->mutex, &ts);
+  }
   ts.tv_sec += h->lock_timeout_ms / 1000;
   ts.tv_nsec += (long)(h->lock_timeout_ms % 1000) * 1000000L;
   if (ts.tv_nsec >= 1000000000L) {
@@ -447,7 +465,8 @@ int throttle__lock(throttle_t *h) {
                           "(throttlectl rm)",
                           h->name, (unsigned)kind);
   /* Uncontended, the common case: no deadline to compute, no clock read. */
-  int rc = pthread_mutex_trylock(&h->hdr->mutex);
+  int rc =
+      THROTTLE__SYS(LOCK, errno, pthread_mutex_trylock(&h->hdr->mutex));
   if (rc == EBUSY)
     rc = lock_timed(h);
   if (rc == 0) {

@@ -137,6 +137,9 @@ int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int ctl_check_max_parallel(struct ctx *c);
 int ctl_check_timeout(struct ctx *c);
 int ctl_check_class(struct ctx *c); /* --class into c->cls (default live) */
+/* --retries N (0..RETRIES_MAX) into c->retries, def when absent. */
+#define RETRIES_MAX 1000u
+int ctl_check_retries(struct ctx *c, unsigned def);
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 

@@ -48,7 +48,6 @@
 /* The most a request body may be: it is held in memory. */
 #define BODY_MAX ((size_t)256 << 20)
 #define RETRIES_DEFAULT 10u
-#define RETRIES_MAX 1000u
 
 /* ---- arguments -------------------------------------------------------- */
 
@@ -181,19 +180,10 @@ static int read_body(struct ctx *c) {
 
 int ctl_check_http(struct ctx *c) {
   int rc = ctl_check_class(c);
+  if (rc == 0)
+    rc = ctl_check_retries(c, RETRIES_DEFAULT);
   if (rc != 0)
     return rc;
-  c->retries = RETRIES_DEFAULT;
-  const char *r = c->opt[OPT_RETRIES];
-  uint64_t n;
-  if (r != NULL) {
-    if (ctl_parse_uint(r, 0, RETRIES_MAX, &n) != 0)
-      return ctl_usage_error(c->cmd,
-                             "--retries must be a whole number from 0 to %u, "
-                             "not '%s'",
-                             RETRIES_MAX, r);
-    c->retries = (unsigned)n;
-  }
   if ((rc = ctl_check_max_parallel(c)) != 0 || (rc = ctl_check_timeout(c)) != 0)
     return rc;
   if (c->timeout_ms == 0)

@@ -50,7 +50,6 @@
 #define RETRY_AFTER_ENV "THROTTLE_RETRY_AFTER_FILE"
 #define DEFAULT_RETRY_AFTER_MS 5000u
 #define RETRIES_DEFAULT 5u
-#define RETRIES_MAX 1000u
 /* Without admission, the longest this process sleeps for one lock: the
  * library's default maximum delay. */
 #define LOCAL_SLEEP_MAX_MS 900000u
@@ -58,25 +57,11 @@
 /* ---- arguments -------------------------------------------------------- */
 
 int ctl_check_run(struct ctx *c) {
-  const char *cls = c->opt[OPT_CLASS];
-  c->cls = THROTTLE_CLASS_LIVE;
-  if (cls != NULL && strcmp(cls, "backfill") == 0)
-    c->cls = THROTTLE_CLASS_BACKFILL;
-  else if (cls != NULL && strcmp(cls, "live") != 0)
-    return ctl_usage_error(c->cmd, "--class must be live or backfill, not '%s'",
-                           cls);
-  c->retries = RETRIES_DEFAULT;
-  const char *r = c->opt[OPT_RETRIES];
-  uint64_t n;
-  if (r != NULL) {
-    if (ctl_parse_uint(r, 0, RETRIES_MAX, &n) != 0)
-      return ctl_usage_error(c->cmd,
-                             "--retries must be a whole number from 0 to %u, "
-                             "not '%s'",
-                             RETRIES_MAX, r);
-    c->retries = (unsigned)n;
-  }
-  int rc = ctl_check_max_parallel(c);
+  int rc = ctl_check_class(c);
+  if (rc == 0)
+    rc = ctl_check_retries(c, RETRIES_DEFAULT);
+  if (rc == 0)
+    rc = ctl_check_max_parallel(c);
   if (rc == 0)
     rc = ctl_check_timeout(c);
   if (rc == 0 && c->nargs < 2)

@@ -547,6 +547,21 @@ int ctl_check_timeout(struct ctx *c) {
   return 0;
 }
 
+int ctl_check_retries(struct ctx *c, unsigned def) {
+  c->retries = def;
+  const char *r = c->opt[OPT_RETRIES];
+  uint64_t n;
+  if (r != NULL) {
+    if (ctl_parse_uint(r, 0, RETRIES_MAX, &n) != 0)
+      return ctl_usage_error(c->cmd,
+                             "--retries must be a whole number from 0 to %u, "
+                             "not '%s'",
+                             RETRIES_MAX, r);
+    c->retries = (unsigned)n;
+  }
+  return 0;
+}
+
 int ctl_check_class(struct ctx *c) {
   const char *cls = c->opt[OPT_CLASS];
   c->cls = THROTTLE_CLASS_LIVE;
