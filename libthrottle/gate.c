@@ -468,8 +468,20 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   bool registered = false, gen_taken = false;
   struct wake w = {.n = 0};
   for (;;) {
-    if ((rc = throttle__lock(h)) != 0)
+    if ((rc = throttle__lock(h)) != 0) {
+      if (registered) {
+        /* A slot left waiting would be granted later and then hold the
+         * cap until its lease lapsed, the live process being ours.  Try
+         * once more to give it back (the leave takes the mutex again); if
+         * the mutex is still out of reach, the lease is all there is. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", throttle_errmsg(h));
+        throttle_leave(h, t, THROTTLE_OUTCOME_ABANDONED, 0); /* frees t */
+        t = NULL;
+        throttle__fail(h, rc, "%s", why);
+      }
       break;
+    }
     uint64_t now = throttle__now_ns();
     struct throttle__rec *r;
     rc = throttle__insert_locked(h, key, len, t->hash, now, &r);
@@ -546,7 +558,6 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     if (nowait || now >= deadline || (nb > now && nb > deadline)) {
       if (s != NULL)
         free_slot(s);
-      registered = false;
       grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
       throttle__unlock(h);
       wake_all(&w);

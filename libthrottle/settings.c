@@ -25,7 +25,7 @@ static int with_key(throttle_t *h, const char *key, bool create,
     rc = throttle__insert_locked(h, key, len, hash, now, &r);
   else if ((r = throttle__find_locked(h, key, len, hash)) == NULL)
     rc = throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
-  if (rc == 0) {
+  if (rc == 0 && r != NULL) {
     fn(r, arg);
     r->last_use_ns = now;
     /* Wake under the lock: once it is released the record may be evicted
