@@ -203,7 +203,8 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
  * or a warning about an invalid environment variable; otherwise "".
  * throttle_errmsg(NULL) gives the message of a throttle_open() that failed
- * in this thread with THROTTLE_NO_FALLBACK (its handle is gone).  Never
+ * in this thread without a handle (THROTTLE_NO_FALLBACK, or THROTTLE_ENOMEM
+ * when not even the private fallback could be made).  Never
  * NULL.  Valid until the next call in this thread. */
 THROTTLE_EXTERN const char *throttle_errmsg(const throttle_t *h);
 
