@@ -436,8 +436,8 @@ THROTTLE_EXTERN int throttle_stats(throttle_t *h, uint32_t *capacity,
     return rc;
   if (capacity)
     *capacity = h->capacity;
-  if (used)
-    *used = h->hdr->used;
+  if (used) /* shared memory is input: never more than the capacity */
+    *used = h->hdr->used <= h->capacity ? h->hdr->used : h->capacity;
   if (evictions)
     *evictions = h->hdr->evictions;
   if (repairs)

@@ -59,25 +59,30 @@ struct throttle_ticket {
 
 /* ---- processes ------------------------------------------------------- */
 
-/* Start time of pid in clock ticks since boot, 0 if it is gone or a
- * zombie (a killed child its parent has not reaped yet is dead to us). */
-static uint64_t proc_start(pid_t pid) {
+/* What /proc says of a process: gone (no such entry, or a zombie: a
+ * killed child its parent has not reaped yet is dead to us), alive with its
+ * start time in clock ticks since boot, or unknown (the entry could not be
+ * read, e.g. out of file descriptors). */
+enum { PROC_GONE, PROC_ALIVE, PROC_UNKNOWN };
+
+static int proc_start(pid_t pid, uint64_t *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return 0;
+    return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNKNOWN;
   ssize_t n = read(fd, buf, sizeof buf - 1);
+  int e = errno;
   close(fd);
   if (n <= 0)
-    return 0;
+    return n < 0 && e == ESRCH ? PROC_GONE : PROC_UNKNOWN;
   buf[n] = 0;
   char *p = strrchr(buf, ')'); /* the command name may hold spaces */
   if (p == NULL || p[1] != ' ')
-    return 0;
+    return PROC_UNKNOWN;
   char state = p[2];
   if (state == 'Z' || state == 'X' || state == 'x')
-    return 0;
+    return PROC_GONE;
   /* Field 3 is the state; the start time is field 22. */
   p += 2;
   for (int field = 3; field < 22 && p != NULL; field++) {
@@ -85,20 +90,30 @@ static uint64_t proc_start(pid_t pid) {
     if (p != NULL)
       p++;
   }
-  return p != NULL ? strtoull(p, NULL, 10) : 0;
+  if (p == NULL)
+    return PROC_UNKNOWN;
+  *start = strtoull(p, NULL, 10);
+  return PROC_ALIVE;
 }
 
+/* This process's start time, 0 when /proc could not tell (a slot with start
+ * 0 is then judged by its pid alone). */
 static uint64_t my_start(void) {
   static _Atomic int64_t cached_pid;
   static _Atomic uint64_t cached;
   pid_t me = getpid();
   if (atomic_load(&cached_pid) != me) {
-    atomic_store(&cached, proc_start(me));
+    uint64_t st = 0;
+    if (proc_start(me, &st) != PROC_ALIVE)
+      st = 0;
+    atomic_store(&cached, st);
     atomic_store(&cached_pid, me);
   }
   return atomic_load(&cached);
 }
 
+/* Dead only on evidence: a live holder's slot must never be taken because
+ * /proc could not be read at that moment (that would admit over the cap). */
 static bool holder_alive(const struct throttle__slot *s) {
   if (s->pid == (uint32_t)getpid())
     return true;
@@ -106,8 +121,15 @@ static bool holder_alive(const struct throttle__slot *s) {
     return false;
   if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
     return false;
-  uint64_t st = proc_start((pid_t)s->pid);
-  return st != 0 && st == s->start;
+  uint64_t st = 0;
+  switch (proc_start((pid_t)s->pid, &st)) {
+  case PROC_GONE:
+    return false;
+  case PROC_ALIVE: /* another process now wears the pid? */
+    return s->start == 0 || st == s->start;
+  default:
+    return true;
+  }
 }
 
 /* ---- helpers on a record -------------------------------------------- */
@@ -620,7 +642,8 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
     throttle__free(t);
     return THROTTLE_EINVAL;
   }
-  if ((unsigned)outcome > THROTTLE_OUTCOME_ABANDONED) {
+  int bad_outcome = (unsigned)outcome > THROTTLE_OUTCOME_ABANDONED;
+  if (bad_outcome) { /* still give the slot back, as abandoned */
     outcome = THROTTLE_OUTCOME_ABANDONED;
     retry_after_ms = 0;
   }
@@ -676,7 +699,11 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   throttle__unlock(h);
   wake_all(&w);
   throttle__free(t);
-  if (rc == 0)
+  if (rc == 0 && bad_outcome)
+    rc = throttle__fail(h, THROTTLE_EINVAL,
+                        "unknown outcome; the slot was given back as "
+                        "abandoned");
+  else if (rc == 0)
     throttle__clear_msg(h);
   return rc;
 }

@@ -218,6 +218,8 @@ static int take_flock(throttle_t *h, int fd) {
 }
 
 /* Called with the flock held.  On success the handle is bound. */
+static int mutex_kind_bad(const throttle_t *h, int *kind);
+
 static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                          int created) {
   struct stat st;
@@ -261,7 +263,26 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                               h->name, why);
       }
       bind_handle(h, base, size);
+      h->shared = 1;
+      int kind;
+      if (mutex_kind_bad(h, &kind)) { /* refused here, so callers fail open */
+        munmap(base, size);
+        h->base = NULL;
+        h->shared = 0;
+        return throttle__fail(h, THROTTLE_ECORRUPT,
+                              "%s: mutex damaged (kind 0x%x); remove it "
+                              "(throttlectl rm)",
+                              h->name, (unsigned)kind);
+      }
       return 0;
+    }
+    if (h->flags & THROTTLE_NO_CREATE) {
+      munmap(base, size);
+      return throttle__fail(h, THROTTLE_ESHM,
+                            "%s was never finished by its creator; open it "
+                            "without THROTTLE_NO_CREATE to rebuild it, or "
+                            "remove it (throttlectl rm)",
+                            h->name);
     }
     /* Magic 0: a creator died before finishing (or a writer zeroed it
      * under live users).  Rebuild it, never smaller: processes that still
@@ -277,6 +298,11 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
     }
     munmap(base, size);
   }
+  if (size == 0 && (h->flags & THROTTLE_NO_CREATE))
+    return throttle__fail(h, THROTTLE_ESHM,
+                          "%s is empty (its creator has not begun); open it "
+                          "without THROTTLE_NO_CREATE to build it",
+                          h->name);
   uint32_t nb;
   uint64_t roff, total;
   layout_sizes(capacity, &nb, &roff, &total);

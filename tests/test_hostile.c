@@ -941,18 +941,16 @@ struct mutex_arg {
   uint64_t seed;
 };
 
-static int child_scribbles_mutex(void *p) {
-  struct mutex_arg *a = p;
-  uint64_t rs = a->seed;
-  pthread_mutex_t *m = &a->fx->h->hdr->mutex;
-  while (!atomic_load(&a->o->stop)) {
-    size_t off = rnd(&rs, sizeof *m);
-    size_t n = 1 + rnd(&rs, sizeof *m - off);
-    fill_random((char *)m + off, n, &rs);
-    atomic_fetch_add(&a->o->writes, 1);
-    th_sleep_ms(1 + rnd(&rs, 5));
-  }
-  return 0;
+/* Garbage over some of the mutex's bytes, written while nobody uses the
+ * segment: damage at rest.  (A writer that scribbles the mutex *while*
+ * other processes lock it can crash glibc's robust-mutex code, which follows
+ * list pointers kept inside the mutex between lock and unlock; that is a
+ * limit of pthread mutexes in shared memory, written down in
+ * docs/FAILURE-MODEL.md, not something a test can hold the library to.) */
+static void scribble_mutex(pthread_mutex_t *m, uint64_t *rs) {
+  size_t off = rnd(rs, sizeof *m);
+  size_t n = 1 + rnd(rs, sizeof *m - off);
+  fill_random((char *)m + off, n, rs);
 }
 
 /* Callers of a segment whose mutex is garbage get an error, not a crash
@@ -960,7 +958,11 @@ static int child_scribbles_mutex(void *p) {
 static int child_uses_damaged(void *p) {
   struct mutex_arg *a = p;
   throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(a->fx->cfg, &h) == 0);
+  /* A damaged mutex may be refused at open (ECORRUPT): the handle is then
+   * the private fallback, which must work all the same. */
+  int orc = throttle_open(a->fx->cfg, &h);
+  TH_CHILD_CHECK(orc == 0 || orc == THROTTLE_ECORRUPT);
+  TH_CHILD_CHECK(h != NULL);
   uint64_t rs = a->seed;
   while (!atomic_load(&a->o->stop)) {
     uint64_t m0 = th_mono_ms();
@@ -1000,6 +1002,9 @@ static int child_uses_damaged(void *p) {
   return 0;
 }
 
+#define MUTEX_ROUNDS 12
+#define MUTEX_ROUND_MS 150
+
 static void test_hostile_mutex_garbage(void **state) {
   struct th_fx *fx = fx_of(state);
   uint64_t seed = SEED + 5;
@@ -1009,22 +1014,33 @@ static void test_hostile_mutex_garbage(void **state) {
   throttle_t *h = th_open(fx);
   assert_int_equal(throttle_backoff(h, "kept", TH_LONG_MS), 0);
   struct obs *o = obs_new();
-  struct mutex_arg w = {fx, o, seed};
-  struct mutex_arg r[3];
-  pid_t pr[3];
-  for (int i = 0; i < 3; i++) {
-    r[i] = (struct mutex_arg){fx, o, seed + 1 + (uint64_t)i};
-    pr[i] = th_spawn(fx, child_uses_damaged, &r[i]);
+  uint64_t rs = seed;
+  unsigned corrupt_opens = 0;
+  for (int round = 0; round < MUTEX_ROUNDS; round++) {
+    /* Damage the mutex at rest, then let three processes use the segment:
+     * each call ends in an error or a result within its bound, never a
+     * crash or a hang. */
+    scribble_mutex(&h->hdr->mutex, &rs);
+    atomic_fetch_add(&o->writes, 1);
+    atomic_store(&o->stop, 0);
+    struct mutex_arg r[3];
+    pid_t pr[3];
+    for (int i = 0; i < 3; i++) {
+      r[i] = (struct mutex_arg){fx, o, seed + 1 + (uint64_t)(round * 3 + i)};
+      pr[i] = th_spawn(fx, child_uses_damaged, &r[i]);
+    }
+    th_sleep_ms(MUTEX_ROUND_MS);
+    atomic_store(&o->stop, 1);
+    for (int i = 0; i < 3; i++)
+      th_reap_ok(fx, pr[i], HANG_GUARD_MS);
+    throttle_t *h2 = NULL;
+    if (throttle_open(fx->cfg, &h2) == THROTTLE_ECORRUPT)
+      corrupt_opens++; /* refused at open: callers fail open (I7) */
+    throttle_close(h2);
   }
-  pid_t pw = th_spawn(fx, child_scribbles_mutex, &w);
-  th_sleep_ms(RUN_MS);
-  atomic_store(&o->stop, 1);
-  th_reap_ok(fx, pw, HANG_GUARD_MS);
-  for (int i = 0; i < 3; i++)
-    th_reap_ok(fx, pr[i], HANG_GUARD_MS);
-  print_message("ops %llu, mutex writes %llu\n",
+  print_message("ops %llu, mutex damages %llu, refused at open %u\n",
                 (unsigned long long)atomic_load(&o->ops),
-                (unsigned long long)atomic_load(&o->writes));
+                (unsigned long long)atomic_load(&o->writes), corrupt_opens);
   assert_true(atomic_load(&o->ops) > 0);
   /* The fix named in the messages: remove it; the next opener rebuilds. */
   throttle_close(fx->h);
