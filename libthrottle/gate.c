@@ -290,18 +290,6 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
   reap_locked(r, now, false);
 }
 
-/* Lock-free: 1 paused, 2 probe out, 0 neither.  A torn read only makes a
- * waiter look again (it re-checks after every wake). */
-int throttle__gate_held(const struct throttle__rec *r) {
-  uint16_t flags = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
-  if (flags & THROTTLE__REC_PAUSED)
-    return 1;
-  if ((flags & THROTTLE__REC_EPISODE) &&
-      __atomic_load_n(&r->probe_ticket, __ATOMIC_ACQUIRE) != 0)
-    return 2;
-  return 0;
-}
-
 static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
     return;

@@ -153,6 +153,19 @@ enum {
   THROTTLE__REC_SHARE_SET = 1u << 2, /* share_permille is explicit */
 };
 
+/* Lock-free: 1 paused, 2 probe out, 0 neither.  A torn read only makes a
+ * waiter look again (it re-checks after every wake).  Inline: it is on the
+ * hot path of throttle_wait(). */
+static inline int throttle__gate_held(const struct throttle__rec *r) {
+  uint16_t flags = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+  if (flags & THROTTLE__REC_PAUSED)
+    return 1;
+  if ((flags & THROTTLE__REC_EPISODE) &&
+      __atomic_load_n(&r->probe_ticket, __ATOMIC_ACQUIRE) != 0)
+    return 2;
+  return 0;
+}
+
 /* flags and probe_ticket are read without the mutex (throttle_wait), so
  * their writers, who hold it, store atomically. */
 static inline void throttle__rec_flags(struct throttle__rec *r, uint16_t bit,
@@ -262,7 +275,6 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
 void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
-int throttle__gate_held(const struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
 
 #ifdef THROTTLE_TESTING
