@@ -286,7 +286,9 @@ static void rebuild_locked(throttle_t *h) {
           atomic_store_explicit(&keep->not_before, nb, memory_order_relaxed);
         ok = 0;
       } else if (place_bucket(h, hash, i) != 0) {
-        ok = 0;
+        /* No room in the index (only garbage written into it meanwhile can
+         * do that): keep the record, holders and all, unindexed; the next
+         * insert of its key finds it by its scan. */
       }
     }
     if (ok) {
@@ -392,6 +394,22 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
     return 0;
   }
   seq_begin(h);
+  /* The index said "absent", but the records are the truth: a damaged
+   * bucket (I8) must not make a second record for a key, which would
+   * count its holders apart and admit over its cap (I5).  So a miss scans
+   * the records once: O(capacity), paid only when a key is new to the
+   * table.  A key found this way is indexed again. */
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *c = &h->recs[i];
+    if (c->state == THROTTLE__REC_USED && key_matches(c, key, len)) {
+      c->hash = (uint32_t)hash;
+      if (place_bucket(h, hash, i) != 0)
+        rebuild_locked(h);
+      seq_end(h);
+      *out = c;
+      return 0;
+    }
+  }
   int rc = 0;
   if (h->hdr->tombstones > (h->bucket_mask + 1) / 4)
     rebuild_locked(h);
