@@ -24,6 +24,14 @@
  *   - Crashes.  A process killed while it holds the segment mutex leaves it
  *     to the next locker, which repairs and validates the table (the mutex is
  *     robust).  Nobody waits longer than the lock timeout for a dead owner.
+ *   - Stale admissions.  Each holder of an admission is recorded with its
+ *     pid and its process start time (from /proc/PID/stat), so a dead
+ *     holder's slot is reclaimed at the next look by any waiter (within
+ *     about 300 ms) and a reused pid is not mistaken for it; a zombie
+ *     counts as dead.  A holder that is alive but hung keeps its slot until
+ *     its lease lapses (throttle_config_set_lease, default 10 min).  Lock
+ *     bytes per slot (OFD locks) were rejected: they are inherited across
+ *     fork(), so a child would keep a dead parent's slot alive.
  *   - Stale or damaged segments.  A segment written by another layout, by
  *     another user, or damaged beyond repair is refused with a specific error
  *     (THROTTLE_EMAGIC, THROTTLE_EVERSION, THROTTLE_EFINGERPRINT, THROTTLE_ESIZE,
