@@ -3,8 +3,8 @@
  * command and option tables, the argument parser, opening the segment, the
  * small commands and main; ctl_out.c the output helpers (messages, human
  * durations, JSON strings, text tables); ctl_keys.c `ls` and `show`;
- * ctl_run.c `run`; ctl_http.c `http`.  Names shared between these files
- * start with ctl_.
+ * ctl_run.c `run`; ctl_http.c `http`; ctl_check.c the checks of option
+ * values.  Names shared between these files start with ctl_.
  */
 #ifndef THROTTLECTL_CTL_H
 #define THROTTLECTL_CTL_H
@@ -140,6 +140,8 @@ int ctl_check_class(struct ctx *c); /* --class into c->cls (default live) */
 /* --retries N (0..RETRIES_MAX) into c->retries, def when absent. */
 #define RETRIES_MAX 1000u
 int ctl_check_retries(struct ctx *c, unsigned def);
+int ctl_check_rate(struct ctx *c);           /* --rate N/PERIOD | off */
+int ctl_check_backfill_share(struct ctx *c); /* --backfill-share F */
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 

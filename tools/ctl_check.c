@@ -1,0 +1,155 @@
+/*
+ * ctl_check.c — checks of throttlectl's option values, run before the
+ * segment is opened: each returns 0, or XIT_USAGE after saying what is
+ * wrong (so a usage error never creates or touches a segment).
+ */
+#include "ctl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- checks of option values ------------------------------------------ */
+
+int ctl_check_timeout(struct ctx *c) {
+  c->timeout_ms = THROTTLE_FOREVER;
+  const char *t = c->opt[OPT_TIMEOUT];
+  if (t != NULL && ctl_parse_seconds(t, &c->timeout_ms) != 0)
+    return ctl_usage_error(c->cmd,
+                           "--timeout must be a non-negative number of "
+                           "seconds such as 30 or 0.5, not '%s'",
+                           t);
+  return 0;
+}
+
+int ctl_check_retries(struct ctx *c, unsigned def) {
+  c->retries = def;
+  const char *r = c->opt[OPT_RETRIES];
+  uint64_t n;
+  if (r != NULL) {
+    if (ctl_parse_uint(r, 0, RETRIES_MAX, &n) != 0)
+      return ctl_usage_error(c->cmd,
+                             "--retries must be a whole number from 0 to %u, "
+                             "not '%s'",
+                             RETRIES_MAX, r);
+    c->retries = (unsigned)n;
+  }
+  return 0;
+}
+
+int ctl_check_class(struct ctx *c) {
+  const char *cls = c->opt[OPT_CLASS];
+  c->cls = THROTTLE_CLASS_LIVE;
+  if (cls != NULL && strcmp(cls, "backfill") == 0)
+    c->cls = THROTTLE_CLASS_BACKFILL;
+  else if (cls != NULL && strcmp(cls, "live") != 0)
+    return ctl_usage_error(c->cmd, "--class must be live or backfill, not '%s'",
+                           cls);
+  return 0;
+}
+
+int ctl_check_max_parallel(struct ctx *c) {
+  const char *v = c->opt[OPT_MAX_PARALLEL];
+  uint64_t n = 0;
+  if (v == NULL)
+    return 0;
+  if (strcmp(v, "auto") != 0 && ctl_parse_uint(v, 1, CAP_MAX, &n) != 0)
+    return ctl_usage_error(
+        c->cmd, "--max-parallel must be 1 to %d or auto, not '%s'", CAP_MAX, v);
+  c->max_parallel = (uint32_t)n; /* 0: auto */
+  return 0;
+}
+
+#define RATE_N_MAX 1000000u /* keeps period / N at 1 ns or more */
+#define PERIOD_MAX_MS (UINT64_C(366) * 86400000u) /* the library's limit */
+
+/* "500ms", "1s", "1.5s", "1m", "1h", or bare seconds ("120") to ms;
+ * saturates.  Returns 0 or -1. */
+static int parse_period(const char *s, uint64_t *ms) {
+  static const struct {
+    const char *unit;
+    uint64_t s; /* seconds per unit; 0: the number is milliseconds */
+  } units[] = {{"ms", 0}, {"s", 1}, {"m", 60}, {"h", 3600}, {"", 1}};
+  size_t len = strlen(s);
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    size_t k = strlen(units[i].unit);
+    if (len <= k || strcmp(s + len - k, units[i].unit) != 0)
+      continue;
+    char num[32];
+    if (len - k >= sizeof num)
+      return -1;
+    memcpy(num, s, len - k);
+    num[len - k] = 0;
+    if (units[i].s == 0)
+      return ctl_parse_uint(num, 0, UINT64_MAX, ms);
+    uint64_t v;
+    if (ctl_parse_seconds(num, &v) != 0)
+      return -1;
+    *ms = v > UINT64_MAX / units[i].s ? UINT64_MAX : v * units[i].s;
+    return 0;
+  }
+  return -1;
+}
+
+int ctl_check_rate(struct ctx *c) {
+  const char *v = c->opt[OPT_RATE];
+  if (v == NULL)
+    return 0;
+  if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0) {
+    c->rate_n = 0;
+    c->rate_period_ms = 0;
+    return 0;
+  }
+  const char *slash = strchr(v, '/');
+  char num[32];
+  uint64_t n = 0, ms = 0;
+  bool ok = slash != NULL && (size_t)(slash - v) < sizeof num;
+  if (ok) {
+    memcpy(num, v, (size_t)(slash - v));
+    num[slash - v] = 0;
+    ok = ctl_parse_uint(num, 1, RATE_N_MAX, &n) == 0 &&
+         parse_period(slash + 1, &ms) == 0;
+  }
+  if (!ok)
+    return ctl_usage_error(c->cmd,
+                           "--rate must be N/PERIOD with N 1 to %u (e.g. "
+                           "120/1m, 5/500ms, 10/1) or off, not '%s'",
+                           RATE_N_MAX, v);
+  if (ms == 0 || ms > PERIOD_MAX_MS)
+    return ctl_usage_error(c->cmd,
+                           "--rate: the period must be 1 ms to 366 days, not "
+                           "'%s'",
+                           slash + 1);
+  c->rate_n = (uint32_t)n;
+  c->rate_period_ms = ms;
+  return 0;
+}
+
+/* A decimal 0 to 1: digits, optionally '.' and digits. */
+int ctl_check_backfill_share(struct ctx *c) {
+  const char *v = c->opt[OPT_BACKFILL_SHARE];
+  if (v == NULL)
+    return 0;
+  const char *p = v;
+  bool ok = *p >= '0' && *p <= '9';
+  while (*p >= '0' && *p <= '9')
+    p++;
+  if (ok && *p == '.') {
+    p++;
+    ok = *p >= '0' && *p <= '9';
+    while (*p >= '0' && *p <= '9')
+      p++;
+  }
+  if (ok && *p == 0) {
+    c->backfill_share = strtod(v, NULL);
+    ok = c->backfill_share <= 1.0;
+  }
+  if (!ok || *p != 0)
+    return ctl_usage_error(c->cmd,
+                           "--backfill-share must be a decimal from 0 to 1 "
+                           "such as 0.25, not '%s'",
+                           v);
+  return 0;
+}
+
