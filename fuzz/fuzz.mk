@@ -48,7 +48,7 @@ $(FUZZ_B)/obj/%.o: libthrottle/%.c $(CORE_HDR) $(wildcard $(HTTP_HDR)) \
                    $(wildcard libthrottle/http_internal.h) | $(FUZZ_B)/obj
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
 
-$(FUZZ_B)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB_OBJ) $(CORE_HDR) $(wildcard $(HTTP_HDR))
+$(FUZZ_B)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_check.h $(FUZZ_LIB_OBJ) $(CORE_HDR) $(wildcard $(HTTP_HDR))
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wall -Wextra -Werror -o $@ $< $(FUZZ_LIB_OBJ) $(FUZZ_LDLIBS)
 
 # Built by a pattern chain, the objects would count as intermediate (and be

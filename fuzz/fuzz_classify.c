@@ -29,15 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "invariant failed: %s: ", #cond);                        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#include "fuzz_check.h"
 
 static throttle_curl_policy_t *dflt, *custom, *none;
 static const char *const custom_codes[] = {"TABLE_LOCKED", "BUSY",

@@ -27,15 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "invariant failed: %s: ", #cond);                        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#include "fuzz_check.h"
 
 #define MAX_DELAY_MS 60000u
 

@@ -31,15 +31,7 @@
 #define SENTINEL UINT64_C(0xdeadbeefcafef00d)
 #define YEAR_9999_END INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "invariant failed: %s: ", #cond);                        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#include "fuzz_check.h"
 
 static int ows(char c) { return c == ' ' || c == '\t'; }
 

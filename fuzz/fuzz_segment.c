@@ -71,15 +71,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "invariant failed: %s: ", #cond);                        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#include "fuzz_check.h"
 
 enum {
   M_SIZE = 3,
