@@ -241,9 +241,11 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
  * NULL.  Valid until the next call in this thread. */
 THROTTLE_EXTERN const char *throttle_errmsg(const throttle_t *h);
 
-/* Remove the named segment (NULL: the default name).  Processes that have
- * it open keep their mapping.  Errors: THROTTLE_ENOKEY (no such segment),
- * THROTTLE_ESHM. */
+/* Remove the named segment (NULL: $THROTTLE_SEGMENT, else the default
+ * name).  Processes that have it open keep their mapping.
+ * Errors: THROTTLE_EINVAL (an invalid name, or segment_name NULL and
+ * $THROTTLE_SEGMENT set but invalid: the default is never removed in its
+ * place), THROTTLE_ENOKEY (no such segment), THROTTLE_ESHM. */
 THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 
 /* ---- Back-off -------------------------------------------------------- */

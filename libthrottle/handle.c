@@ -235,7 +235,12 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name) {
   char name[256];
   if (segment_name != NULL && !valid_segment_name(segment_name))
     return THROTTLE_EINVAL;
-  resolve_name(segment_name, name, sizeof name);
+  /* An invalid $THROTTLE_SEGMENT names no segment: removing the default
+   * instead would destroy the back-offs of every loader that uses it.
+   * Falling back to the default is for opening only, where it fails open
+   * and throttle_errmsg() says so. */
+  if (resolve_name(segment_name, name, sizeof name) != 0)
+    return THROTTLE_EINVAL;
   if (shm_unlink(name) == 0)
     return 0;
   return errno == ENOENT ? THROTTLE_ENOKEY : THROTTLE_ESHM;
