@@ -106,7 +106,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(EWOULDBLOCK, -18, "the call would have to wait")                          \
   XX(ECANCELED, -19, "canceled")                                               \
   XX(ESYS, -20, "system call failed")                                          \
-  XX(ESYMLINK, -21, "segment path is a symbolic link")
+  XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
+  XX(EINTR, -22, "interrupted by the caller")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -162,6 +163,30 @@ THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
 THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
                                               uint32_t ms);
 
+/* Make every wait of the library interruptible by the caller, e.g. by a
+ * language binding that must react to Ctrl-C.  While a call waits (the
+ * back-off and gate waits of throttle_wait(), the not-before, slot, probe,
+ * rate and pause waits of throttle_enter()), it calls check(arg) at least
+ * every period_ms, at once when a signal interrupts its sleep (EINTR), and
+ * once before it first sleeps.  A nonzero return abandons the wait: the
+ * call gives back whatever it had taken (its queue place, or a slot
+ * granted in the meantime, which goes to the next waiter as if abandoned)
+ * and returns THROTTLE_EINTR.  check runs in the waiting thread with no
+ * lock of the library held, so it may call the library itself; it must
+ * not longjmp out.  Handles opened from cfg keep the hook; check = NULL
+ * removes it (period_ms is then ignored).
+ *
+ * Not covered: the segment mutex and the creation lock, which are only
+ * ever held for microseconds and whose waits are bounded by the lock
+ * timeout (throttle_config_set_lock_timeout), and throttle_try_enter(),
+ * which never waits.
+ * Errors: THROTTLE_EINVAL (cfg NULL, or period_ms 0 or above 60000 with a
+ * check). */
+THROTTLE_EXTERN int throttle_config_set_interrupt(throttle_config_t *cfg,
+                                                  int (*check)(void *arg),
+                                                  void *arg,
+                                                  uint32_t period_ms);
+
 /* Flags for throttle_config_set_flags(). */
 enum {
   /* Accept (and create) a segment readable and writable by the owner's
@@ -216,9 +241,11 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
  * NULL.  Valid until the next call in this thread. */
 THROTTLE_EXTERN const char *throttle_errmsg(const throttle_t *h);
 
-/* Remove the named segment (NULL: the default name).  Processes that have
- * it open keep their mapping.  Errors: THROTTLE_ENOKEY (no such segment),
- * THROTTLE_ESHM. */
+/* Remove the named segment (NULL: $THROTTLE_SEGMENT, else the default
+ * name).  Processes that have it open keep their mapping.
+ * Errors: THROTTLE_EINVAL (an invalid name, or segment_name NULL and
+ * $THROTTLE_SEGMENT set but invalid: the default is never removed in its
+ * place), THROTTLE_ENOKEY (no such segment), THROTTLE_ESHM. */
 THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 
 /* ---- Back-off -------------------------------------------------------- */
@@ -256,7 +283,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
  * would open after the deadline, it returns THROTTLE_ETIMEDOUT at once
  * (or as soon as a longer back-off is published while it sleeps).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
- * THROTTLE_ELOCKTIMEOUT. */
+ * THROTTLE_ELOCKTIMEOUT, THROTTLE_EINTR (throttle_config_set_interrupt). */
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms);
 #define THROTTLE_FOREVER UINT64_MAX
@@ -304,7 +331,9 @@ typedef struct throttle_ticket throttle_ticket_t;
  * not-before lies beyond it, THROTTLE_ETIMEDOUT comes at once.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
  * THROTTLE_ECANCELED (throttle_cancel() on the key), THROTTLE_ENOMEM,
- * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT.  On THROTTLE_EFULL,
+ * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT, THROTTLE_EINTR (the interrupt
+ * check of throttle_config_set_interrupt() said stop; the queue place is
+ * given back).  On THROTTLE_EFULL,
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
  * not the key: fail open (send anyway, honouring Retry-After yourself). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,

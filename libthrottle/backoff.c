@@ -168,7 +168,8 @@ static int wait_gate(throttle_t *h, const char *key, size_t len,
   uint64_t until = now + THROTTLE__POLL_NS;
   if (until > deadline)
     until = deadline;
-  throttle__futex_wait(&r->epoch, epoch, until - now);
+  if (throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
+    return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
   return 0;
 }
 
@@ -239,7 +240,10 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
       target = deadline;
     slept = 1;
     if (now < target) {
-      throttle__futex_wait(&r->epoch, epoch, target - now);
+      if (throttle__sleep(h, &r->epoch, epoch, target - now) != 0) {
+        count_wait(h, key, len, throttle__now_ns() - start);
+        return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
+      }
       continue;
     }
     if (!held)

@@ -475,7 +475,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
                                          : timeout_ms * THROTTLE__NS_PER_MS);
   uint64_t start_ticks = my_start();
   uint32_t cancel_gen = 0;
-  bool registered = false, gen_taken = false;
+  bool registered = false, gen_taken = false, interrupted = false;
   struct wake w = {.n = 0};
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -551,6 +551,17 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     } else {
       next = UINT64_MAX;
     }
+    if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && interrupted) {
+      /* Granted while the caller was already told to stop: hand the slot
+       * on as an abandoned admission would (a probe's turn passes to the
+       * next waiter). */
+      throttle__unlock(h);
+      wake_all(&w);
+      throttle_leave(h, t, THROTTLE_OUTCOME_ABANDONED, 0); /* frees t */
+      t = NULL;
+      rc = throttle__fail(h, THROTTLE_EINTR, "interrupted by the caller");
+      break;
+    }
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING) {
       t->probe = r->probe_ticket == s->ticket;
       s->lease_ms = h->lease_ms;
@@ -565,7 +576,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
      * grant_locked() returns before clamping for a paused key, and a
      * stored not-before past the maximum delay would become the hint. */
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
-    if (nowait || now >= deadline || (nb > now && nb > deadline)) {
+    if (nowait || interrupted || now >= deadline ||
+        (nb > now && nb > deadline)) {
       if (s != NULL)
         free_slot(s);
       grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
@@ -575,11 +587,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         *wait_ms = nb > now ? (nb - now + THROTTLE__NS_PER_MS - 1) /
                                   THROTTLE__NS_PER_MS
                             : 0;
-      rc = nowait ? throttle__fail(h, THROTTLE_EWOULDBLOCK,
-                                   "%s: not admitted now", t->key)
-                  : throttle__fail(h, THROTTLE_ETIMEDOUT,
-                                   "%s: not admitted within %llu ms", t->key,
-                                   (unsigned long long)timeout_ms);
+      if (nowait)
+        rc = throttle__fail(h, THROTTLE_EWOULDBLOCK, "%s: not admitted now",
+                            t->key);
+      else if (interrupted)
+        rc = throttle__fail(h, THROTTLE_EINTR,
+                            "%s: interrupted by the caller; its place in "
+                            "the queue was given back",
+                            t->key);
+      else
+        rc = throttle__fail(h, THROTTLE_ETIMEDOUT,
+                            "%s: not admitted within %llu ms", t->key,
+                            (unsigned long long)timeout_ms);
       break;
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
@@ -597,8 +616,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           next, throttle__random() % (THROTTLE__JITTER_MAX_NS / 5 + 1));
     if (until > deadline)
       until = deadline;
-    if (until > now)
-      throttle__futex_wait(word, seen, until - now);
+    if (until > now && throttle__sleep(h, word, seen, until - now) != 0)
+      interrupted = true; /* give back the place under the mutex, above */
   }
   throttle__free(t);
   return rc;

@@ -184,6 +184,9 @@ struct throttle_config {
   uint64_t lease_ms;
   unsigned flags;
   unsigned set; /* which fields were set explicitly */
+  int (*intr)(void *arg); /* throttle_config_set_interrupt */
+  void *intr_arg;
+  uint32_t intr_period_ms;
 };
 
 struct throttle {
@@ -201,6 +204,9 @@ struct throttle {
   uint32_t lock_timeout_ms;
   uint32_t lease_ms;
   unsigned flags;
+  int (*intr)(void *arg); /* the caller's interrupt check, or NULL */
+  void *intr_arg;
+  uint64_t intr_period_ns;
   char open_msg[512]; /* why the handle fell back, or "" */
 };
 
@@ -231,8 +237,15 @@ void throttle__orphan_msg(const throttle_t *h);
 /* clock.c */
 uint64_t throttle__now_ns(void);
 uint64_t throttle__mono_ns(void);
-void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
-                          uint64_t rel_ns);
+/* 0, or EINTR when a signal cut the sleep short. */
+int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
+                         uint64_t rel_ns);
+/* Every sleep of the library: throttle__futex_wait() cut into slices of the
+ * handle's interrupt period, calling its check between them.  0 (woken,
+ * timed out, or returned early: callers re-check), or THROTTLE_EINTR when
+ * the check asked to stop (the caller then gives back what it holds). */
+int throttle__sleep(const throttle_t *h, _Atomic uint32_t *word,
+                    uint32_t expect, uint64_t rel_ns);
 void throttle__futex_wake(_Atomic uint32_t *word);
 uint64_t throttle__random(void);
 uint64_t throttle__sat_add(uint64_t a, uint64_t b);

@@ -112,11 +112,7 @@ static int worker_main(void *arg) {
 }
 
 static int64_t field(throttle_t *h, throttle_field_t f) {
-  throttle_info_t *info;
-  assert_int_equal(throttle_info(h, KEY, &info), 0);
-  int64_t v = throttle_info_get(info, f);
-  throttle_info_free(info);
-  return v;
+  return th_field(h, KEY, f);
 }
 
 /* 8 processes, cap 2: never more than 2 at once, all jobs done. */

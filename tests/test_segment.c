@@ -631,6 +631,24 @@ static void test_segment_unlink(void **state) {
                    THROTTLE_ENOKEY);
 }
 
+/* An invalid $THROTTLE_SEGMENT names nothing to remove: unlink(NULL) must
+ * fail, not fall back to removing the per-user default segment. */
+static void test_segment_unlink_invalid_env_is_einval(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "k", 30000), 0);
+  const char *bad[] = {"a/b", "/", "/x/y"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("THROTTLE_SEGMENT", bad[i], 1);
+    assert_int_equal(throttle_unlink(NULL), THROTTLE_EINVAL);
+  }
+  /* a valid one is what unlink(NULL) removes */
+  setenv("THROTTLE_SEGMENT", fx->name, 1);
+  assert_int_equal(throttle_unlink(NULL), 0);
+  assert_int_equal(throttle_unlink(NULL), THROTTLE_ENOKEY);
+  unsetenv("THROTTLE_SEGMENT");
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -661,6 +679,7 @@ int main(void) {
       T(test_segment_env_bad_value_uses_default),
       T(test_segment_env_max_delay_respected),
       T(test_segment_unlink),
+      T(test_segment_unlink_invalid_env_is_einval),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
