@@ -87,8 +87,9 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
     """The loop.  send(seconds_left or None) returns (status, headers,
     body) or raises TransportError.  Returns (status, headers, body,
     outcome, attempts) for a 2xx answer; raises PermanentError and GaveUp
-    (unless give_up is False: the last answer is then returned too, with
-    its outcome) and Error for a bad key or class."""
+    (unless give_up is False and something was sent: the last answer is
+    then returned too, with its outcome) and Error for a bad key or
+    class."""
     t = throttle if throttle is not None else default_throttle()
     if not isinstance(t, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
@@ -164,7 +165,7 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
 
 
 def _gave_up(key, answer, out, attempts, retry_after, why, give_up):
-    if not give_up:
+    if not give_up and out is not None:
         return answer + (out, attempts)
     kind = out.kind if out is not None else "not admitted"
     what = "HTTP %s%s" % (answer[0], " " + out.code if out and out.code
