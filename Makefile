@@ -196,6 +196,29 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
 	  libthrottle/libthrottle-curl.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle-curl.pc
 
+# ---- Python ------------------------------------------------------------
+# python/libthrottle (ctypes, standard library only) is installed for each
+# interpreter in PYTHONS that exists: into its package directory under
+# PREFIX/lib when it searches one (Debian's /usr/bin/python3), else into
+# its own site-packages (python/sitedir.py says which).  _installed.py
+# records LIBDIR, so `import libthrottle` finds the installed libraries
+# with no environment.  tests/test_python.sh runs the suite in make check.
+PYTHONS ?= python3 /usr/bin/python3
+PY_PKG  := $(wildcard python/libthrottle/*.py)
+
+.PHONY: install-python
+install: install-python
+install-python: all
+	@for py in $(PYTHONS); do \
+	  command -v $$py >/dev/null 2>&1 || continue; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)") || exit 1; \
+	  echo "install python package for $$py: $(DESTDIR)$$dir/libthrottle"; \
+	  install -d "$(DESTDIR)$$dir/libthrottle" || exit 1; \
+	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
+	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
+	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
+	done
+
 clean:
 	rm -rf build
 
