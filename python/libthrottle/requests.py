@@ -30,7 +30,9 @@ import requests as _requests
 from requests.adapters import HTTPAdapter
 
 from ._http import TransportError, run
-from ._throttle import _key
+from ._throttle import _BY_NAME, _key
+
+EKEY = _BY_NAME["EKEY"]
 
 __all__ = ["ThrottleAdapter", "session"]
 
@@ -48,8 +50,9 @@ class ThrottleAdapter(HTTPAdapter):
 
     def __init__(self, key, throttle=None, retries=10, timeout=300,
                  klass="live", locked_codes=None, **kwargs):
-        if not callable(key):
-            _key(key)  # a bad key fails here, not at the first request
+        if not callable(key) and not 1 <= len(_key(key)) <= 255:
+            # a bad key fails here, not at the first request
+            raise EKEY("key must be 1 to 255 bytes: %r" % (key,))
         self.throttle_key = key
         self.throttle = throttle
         self.throttle_retries = retries

@@ -1,0 +1,40 @@
+"""test_install.py — `make install` installs the package so that the
+interpreter imports it from any directory with no environment, and the
+package finds the installed libraries by itself.  Installed into a
+virtual environment (PREFIX=the venv): the system is left alone."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, TOP
+
+
+def test_install_import_from_anywhere_without_environment(tmp_path):
+    venv = str(tmp_path / "venv")
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                           venv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if made.returncode != 0:
+        pytest.skip("no venv module: %s" % made.stdout.strip())
+    py = os.path.join(venv, "bin", "python3")
+    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
+                          "B=" + BUILD, "install", "PREFIX=" + venv,
+                          "PYTHONS=" + py],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout
+    code = ("import libthrottle, libthrottle._throttle as t; "
+            "print(t._core._name); print(t._curl._name); "
+            "print(libthrottle.classify(409, b'{\"error\": {\"code\": "
+            "\"RESOURCE_LOCKED\"}}'))")
+    run = subprocess.run([py, "-c", code], env={}, cwd="/",
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    core, curl, kind = run.stdout.split()
+    assert core == os.path.join(venv, "lib", "libthrottle.so.1")
+    assert curl == os.path.join(venv, "lib", "libthrottle-curl.so.1")
+    assert kind == "locked"
