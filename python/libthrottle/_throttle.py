@@ -39,6 +39,7 @@ import ctypes
 import math
 import numbers
 import os
+import signal
 import threading
 import time
 import warnings
@@ -361,6 +362,10 @@ def _signal_checker(owner_ref):
     while True:
         try:
             yield result
+            # run the handlers of pending signals now, inside the try,
+            # whatever bytecode the interpreter checks them at:
+            # pthread_sigmask calls PyErr_CheckSignals()
+            signal.pthread_sigmask(signal.SIG_BLOCK, ())
             owner = owner_ref()
             result = 1 if owner is None or owner._closed else 0
         except GeneratorExit:
@@ -576,21 +581,38 @@ class Throttle:
         finally:
             self._done()
 
-    def _blocking(self, fn, *args):
+    def _blocking(self, fn, *args, key=None):
         """fn(handle, *args) for a call that may block: (rc, message,
-        handle).  Re-raises what interrupted it."""
+        Admission or None).  With key, fn is throttle_enter() and gets a
+        ticket out pointer as its last argument; a granted ticket becomes an
+        Admission here, so that an exception arriving just after the call
+        returned (a signal is checked as soon as a call returns) cannot
+        lose it: it is given back instead.  Re-raises what interrupted the
+        wait."""
         h = self._use(blocking=True)
+        ticket = ctypes.c_void_p() if key is not None else None
+        if ticket is not None:
+            args += (ctypes.byref(ticket),)
+        adm = None
         try:
             if h.gen is not None:  # the main thread's handle
                 self._pending = None
             rc = fn(h.ptr, *args)
+            if key is not None and ticket.value:
+                adm = Admission(self, h, ticket.value, key)
             msg = _text(_core.throttle_errmsg(h.ptr)) if rc != 0 else ""
             if h.gen is not None and self._pending is not None:
                 exc, self._pending = self._pending, None
                 raise exc
             if rc != 0 and rc == _EINTR and self._closed:
                 raise _invalid("the Throttle was closed during the call")
-            return rc, msg, h
+            return rc, msg, adm
+        except BaseException:
+            if adm is not None:
+                adm._leave("abandoned", None)
+            elif ticket is not None and ticket.value:
+                _core.throttle_leave(h.ptr, ticket, OUTCOMES["abandoned"], 0)
+            raise
         finally:
             self._done()
 
@@ -677,21 +699,20 @@ class Throttle:
         k = _key(key)
         cls = _klass(klass)
         ms = _ms(timeout, "timeout", none_is_forever=True)
-        ticket = ctypes.c_void_p()
         if HAVE_INTERRUPT:
-            rc, msg, h = self._blocking(_core.throttle_enter, k, cls, ms,
-                                        ctypes.byref(ticket))
+            rc, msg, adm = self._blocking(_core.throttle_enter, k, cls, ms,
+                                          key=key)
             if rc != 0:
                 raise error(rc, msg)
-            return Admission(self, h, ticket.value, key)
+            return adm
         deadline = None if ms == FOREVER else time.monotonic() + ms / 1000.0
         while True:
             left = SLICE_MS if deadline is None else min(
                 SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
-            rc, msg, h = self._blocking(_core.throttle_enter, k, cls, left,
-                                        ctypes.byref(ticket))
+            rc, msg, adm = self._blocking(_core.throttle_enter, k, cls,
+                                          left, key=key)
             if rc == 0:
-                return Admission(self, h, ticket.value, key)
+                return adm
             if rc != _ETIMEDOUT:
                 raise error(rc, msg)
             if deadline is not None and time.monotonic() >= deadline:

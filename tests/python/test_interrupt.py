@@ -48,6 +48,22 @@ def test_interrupt_wait_on_a_60s_back_off(t, capsys):
     assert t.remaining(KEY) > 50  # nothing changed for the others
 
 
+def test_interrupt_signal_handler_runs_during_the_wait(t):
+    # a handler that returns normally runs while the wait goes on
+    t.backoff(KEY, 60)
+    p = spawn("wait", KEY)
+    expect_line(p, "ready")
+    until(lambda: blocked(p), what="the child asleep in wait()")
+    sent = time.monotonic()
+    p.send_signal(signal.SIGUSR1)
+    ran = float(expect_line(p, "usr1").split()[1])
+    assert ran - sent < 0.5
+    until(lambda: blocked(p), what="the child asleep again")
+    assert p.poll() is None  # still waiting
+    latency, rc = interrupt(p)
+    assert rc == 130 and latency < 0.5
+
+
 def test_interrupt_admit_gives_the_queue_place_to_the_next(t, capsys):
     t.set_max_parallel(KEY, 1)
     holder = t.admit(KEY)

@@ -565,3 +565,22 @@ def test_without_hook_wait_and_admit_still_work(t, monkeypatch):
     with pytest.raises(libthrottle.ETIMEDOUT):
         t.admit(KEY, timeout=0.3)
     holder2.leave()
+
+
+def test_admit_exception_just_after_the_grant_gives_the_slot_back(
+        t, monkeypatch):
+    # a signal is checked as soon as the C call returns: an exception then,
+    # before the Admission exists, must not leave the slot taken
+    t.set_max_parallel(KEY, 1)
+    real = _throttle.Admission.__init__
+
+    def interrupted(self, *a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_throttle.Admission, "__init__", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t.admit(KEY)
+    monkeypatch.setattr(_throttle.Admission, "__init__", real)
+    info = t.info(KEY)
+    assert info["in_flight"] == 0 and info["admitted"] == 1
+    t.admit(KEY, timeout=0).leave()

@@ -13,10 +13,12 @@ time.monotonic() stamps (CLOCK_MONOTONIC is the same in every process).
   held KEY                 admit, "admitted T", then sleep inside the with
                            block until interrupted; after the interrupt
                            "released", then wait for standard input
-Ctrl-C (SIGINT) anywhere prints "KI T" and exits 130.
+Ctrl-C (SIGINT) anywhere prints "KI T" and exits 130; SIGUSR1 prints
+"usr1 T" and the call goes on waiting.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -62,6 +64,8 @@ def main(argv):
     if cmd == "load":
         return load(key, argv[2], argv[3:])
     t = libthrottle.Throttle()
+    # a handler that does not raise: it must run while the call waits
+    signal.signal(signal.SIGUSR1, lambda *_: say("usr1", now()))
     if cmd == "wait":
         say("ready")
         say("open" if t.wait(key) else "timeout", now())
