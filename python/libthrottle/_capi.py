@@ -12,7 +12,8 @@ a pointer to an int and crashes later).
 Finding the libraries (the first that exists wins; all are named in the
 ImportError otherwise):
   1. $LIBTHROTTLE_LIBRARY, the path of libthrottle.so.1 (libthrottle-curl
-     is then looked for next to it, or at $LIBTHROTTLE_CURL_LIBRARY);
+     is then looked for next to it, or at $LIBTHROTTLE_CURL_LIBRARY); when
+     set, nothing else is tried;
   2. a built checkout: build/ at the top of the tree this package sits in
      (PYTHONPATH=python from the top after `make`);
   3. the library directory `make install` recorded in _installed.py;
@@ -277,13 +278,13 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _candidates(soname, env):
     """Where to look for soname, in order."""
-    out = []
     given = os.environ.get(env)
     if given:
-        out.append(given)
+        return [given]  # named: that one or none, never a surprise
     core = os.environ.get("LIBTHROTTLE_LIBRARY")
     if core and env != "LIBTHROTTLE_LIBRARY":
-        out.append(os.path.join(os.path.dirname(core), soname))
+        return [os.path.join(os.path.dirname(core), soname)]
+    out = []
     # a built checkout: python/libthrottle/ -> the top of the tree
     out.append(os.path.join(os.path.dirname(os.path.dirname(_HERE)),
                             "build", soname))

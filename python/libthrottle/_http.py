@@ -19,7 +19,8 @@ Python doing the sending:
 Fail open (I7): when admission fails because of the segment rather than
 the key (anything but ETIMEDOUT, ECANCELED, EINVAL, EKEY, ENOMEM), the
 request is sent without admission and whatever back-off the answer asks
-for is slept here, so it is still never re-sent early.
+for is slept here, so it is still never re-sent early; after ELOCKTIMEOUT
+or ECORRUPT the rest of the call does not ask the segment again.
 
 Rejected: following redirects (urllib turns a redirected POST into a GET
 without its body; the C loop does not follow them either, and an
@@ -47,6 +48,8 @@ DEFAULT_DELAY_S = 5.0  # a lock answer without Retry-After, as in C
 # Admission errors that are about the key or the call, not the segment.
 _NOT_FAIL_OPEN = tuple(_BY_NAME[n] for n in
                        ("ETIMEDOUT", "ECANCELED", "EINVAL", "EKEY", "ENOMEM"))
+# After these the segment is not asked again in this call (as in C).
+_SEGMENT_GONE = (_BY_NAME["ELOCKTIMEOUT"], _BY_NAME["ECORRUPT"])
 _PUBLISHED = ("locked", "rate_limited", "unavailable")
 
 _default = None
@@ -103,13 +106,15 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
     start = time.monotonic()
     deadline = None if timeout is None else start + float(timeout)
     attempts = local_fails = 0
+    gate = True
     answer = (None, None, b"")
     out = None
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         adm = None
         try:
-            adm = t.admit(key, klass, timeout=left)
+            if gate:
+                adm = t.admit(key, klass, timeout=left)
         except _NOT_FAIL_OPEN as e:
             if not isinstance(e, _BY_NAME["ETIMEDOUT"]):
                 raise
@@ -117,8 +122,10 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
                      (out.retry_after or 0) if out is not None else 0)
             return _gave_up(key, answer, out, attempts, ra or None,
                             "not admitted within the timeout", give_up)
+        except _SEGMENT_GONE:
+            gate = False  # each further try would cost the lock timeout
         except Error:
-            adm = None  # the segment failed: send anyway, honour it here
+            pass  # the segment failed: send anyway, honour it here
         attempts += 1
         with adm if adm is not None else contextlib.nullcontext():
             try:

@@ -528,8 +528,12 @@ class Throttle:
         self.close()
 
     def __reduce__(self):
-        # multiprocessing "spawn": the child opens the same segment anew
-        return (_reopen, (self._settings,))
+        # multiprocessing "spawn": the child opens the same segment anew,
+        # by the name this handle resolved (not the child's environment)
+        settings = dict(self._settings)
+        if self.shared:
+            settings["segment"] = self.segment
+        return (_reopen, (settings,))
 
     @property
     def closed(self):

@@ -176,6 +176,22 @@ def test_request_argument_errors(t, mock):
     assert mock.stats()["requests"] == 0
 
 
+def test_request_fails_open_when_admission_fails(mock, segment):
+    # a full key table: admission fails (EFULL), the request is sent
+    # without it, and the 429's Retry-After is slept here, not skipped
+    with libthrottle.Throttle(segment=segment, keys=1) as full:
+        full.backoff("another key", 60)
+        with pytest.raises(libthrottle.EFULL):
+            full.admit(KEY, timeout=0)
+        mock.admin("fail", {"status": 429, "count": 1, "retry_after": 1})
+        start = time.monotonic()
+        status, _, _ = libthrottle.request(KEY, mock.load_url(), data=b"x",
+                                           throttle=full)
+        assert status == 200 and time.monotonic() - start >= 0.99
+    st = mock.stats()
+    assert (st["rate_limited"], st["loads_ok"], st["early"]) == (1, 1, 0)
+
+
 def test_request_fails_open_on_an_unusable_segment(mock, segment, tmp_path):
     path = "/dev/shm" + segment
     with open(path, "wb") as f:
