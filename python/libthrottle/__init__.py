@@ -17,14 +17,15 @@ served, live before backfill.
 Errors: every THROTTLE_E* code is a subclass of libthrottle.Error named
 after it (libthrottle.EFULL, libthrottle.ETIMEDOUT, ...); request() raises
 PermanentError and GaveUp.  The module layout: _capi (finding the library,
-the prototypes), _errors, _throttle (Throttle, Admission), _http (the
-retry loop, request), requests (an adapter for the requests package).
+the prototypes), _errors (the exceptions), _base (argument checks),
+_answers (classification, Retry-After), _throttle (Throttle, Admission),
+_http (the retry loop, request), requests (an adapter for requests).
 """
 
 from ._errors import Error, GaveUp, PermanentError, RequestError
-from ._throttle import (ERRORS, HAVE_INTERRUPT, Admission, FallbackWarning,
-                        Outcome, Throttle, classify, error, parse_retry_after,
-                        _core, _text)
+from ._answers import Outcome, classify, parse_retry_after
+from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
+from ._throttle import Admission, FallbackWarning, Throttle
 from ._http import TransportError, default_throttle, request, run
 
 # One module attribute per C error code: libthrottle.EFULL, ...

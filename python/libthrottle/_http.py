@@ -38,8 +38,9 @@ import urllib.error
 import urllib.request
 
 from ._errors import Error, GaveUp, PermanentError
-from ._throttle import (ERRORS, Outcome, SLICE_MS, Throttle, _BY_NAME,
-                        _klass, _number, outcome_of)
+from ._answers import Outcome, outcome_of
+from ._base import ERRORS, SLICE_MS, _BY_NAME, _klass, _number
+from ._throttle import Throttle
 
 LOCAL_BASE_S = 0.2
 LOCAL_CAP_S = 20.0

@@ -30,7 +30,7 @@ import requests as _requests
 from requests.adapters import HTTPAdapter
 
 from ._http import TransportError, run
-from ._throttle import _BY_NAME, _key
+from ._base import _BY_NAME, _key
 
 EKEY = _BY_NAME["EKEY"]
 

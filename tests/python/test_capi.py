@@ -51,9 +51,9 @@ def test_capi_parser_sees_every_exported_function():
 
 
 def test_capi_every_pointer_return_has_a_pointer_restype():
-    import libthrottle._throttle as th
-    for decls, lib in ((_capi.CORE_DECLS, th._core),
-                       (_capi.CURL_DECLS, th._curl)):
+    import libthrottle._base as base
+    for decls, lib in ((_capi.CORE_DECLS, base._core),
+                       (_capi.CURL_DECLS, base._curl)):
         for name, (ret, params) in _capi.parse_decls(decls).items():
             fn = getattr(lib, name)
             assert fn.restype == _capi.ctype_of(ret), name
@@ -86,7 +86,7 @@ def test_capi_library_named_by_environment(tmp_path):
         TOP, "build", _capi.CORE_SONAME)
     env = child_env(LIBTHROTTLE_LIBRARY=lib, PYTHONPATH=site)
     out = subprocess.run(
-        [sys.executable, "-c", "import libthrottle, libthrottle._throttle as t;"
+        [sys.executable, "-c", "import libthrottle, libthrottle._base as t;"
          "print(t._core._name, t._curl._name)"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=str(tmp_path))
@@ -119,7 +119,7 @@ def test_capi_built_checkout_found_without_environment(tmp_path):
     env = child_env(PYTHONPATH=os.path.join(TOP, "python"))
     env.pop("LIBTHROTTLE_LIBRARY", None)
     out = subprocess.run(
-        [sys.executable, "-c", "import libthrottle._throttle as t;"
+        [sys.executable, "-c", "import libthrottle._base as t;"
          "print(t._core._name)"], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr

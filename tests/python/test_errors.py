@@ -6,14 +6,14 @@ import pickle
 import pytest
 
 import libthrottle
-from libthrottle import _throttle
+from libthrottle import _base
 
 
 def test_errors_one_class_per_code_of_the_c_table():
     names = []
     code = -1
     while True:
-        name = _throttle._text(_throttle._core.throttle_err_name(code))
+        name = _base._text(_base._core.throttle_err_name(code))
         if name == "THROTTLE_UNKNOWN":
             break
         names.append((code, name))
@@ -26,8 +26,8 @@ def test_errors_one_class_per_code_of_the_c_table():
         assert cls.__name__ == name[len("THROTTLE_"):]
         assert getattr(libthrottle, cls.__name__) is cls
         assert issubclass(cls, libthrottle.Error)
-        assert cls.description == _throttle._text(
-            _throttle._core.throttle_strerror(code))
+        assert cls.description == _base._text(
+            _base._core.throttle_strerror(code))
 
 
 def test_errors_python_kinds():

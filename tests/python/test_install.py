@@ -26,7 +26,7 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout
-    code = ("import libthrottle, libthrottle._throttle as t; "
+    code = ("import libthrottle, libthrottle._base as t; "
             "print(t._core._name); print(t._curl._name); "
             "print(libthrottle.classify(409, b'{\"error\": {\"code\": "
             "\"RESOURCE_LOCKED\"}}'))")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import libthrottle
-from conftest import BUILD, spawn, until
+from conftest import BUILD, spawn
 
 KEY = "hotdata:127.0.0.1/orders"
 LOCKED = b'{"error": {"code": "RESOURCE_LOCKED", "message": "locked"}}'

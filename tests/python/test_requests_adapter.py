@@ -1,8 +1,6 @@
 """test_requests_adapter.py — libthrottle.requests against the mock
 server.  Needs Debian's python3-requests; skipped, saying so, without."""
 
-import os
-
 import pytest
 
 requests = pytest.importorskip(
@@ -11,7 +9,6 @@ requests = pytest.importorskip(
 
 import libthrottle  # noqa: E402
 import libthrottle.requests as lr  # noqa: E402
-from conftest import spawn  # noqa: E402
 
 KEY = "hotdata:127.0.0.1/orders"
 
