@@ -50,6 +50,15 @@ def spawn(*args, stdin=False, **env):
         env=child_env(**env), text=True)
 
 
+def start_together(procs):
+    """Release load workers (worker.py load) once all are ready."""
+    for p in procs:
+        expect_line(p, "ready")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()  # communicate() closes it
+
+
 def expect_line(p, prefix, timeout=20):
     """The next line of p's output, which must start with prefix."""
     line = p.stdout.readline().strip()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import libthrottle
-from conftest import expect_line, spawn, until
+from conftest import expect_line, spawn, start_together, until
 
 KEY = "hotdata:ws1/orders"
 
@@ -129,7 +129,8 @@ def test_interrupt_retry_wait_in_request(t, tmp_path, status):
     try:
         (tmp_path / "f").write_bytes(b"x")
         p = spawn("load", KEY, "http://127.0.0.1:%d/v1/tables/orders/load"
-                  % srv.server_address[1], str(tmp_path / "f"))
+                  % srv.server_address[1], str(tmp_path / "f"), stdin=True)
+        start_together([p])
         until(lambda: t.keys() and t.info(KEY)["admitted"] == 1 and
               t.info(KEY)["in_flight"] == 0 and blocked(p),
               what="the answer reported, the child asleep")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import libthrottle
-from conftest import BUILD, spawn
+from conftest import BUILD, expect_line, spawn, start_together
 
 KEY = "hotdata:127.0.0.1/orders"
 LOCKED = b'{"error": {"code": "RESOURCE_LOCKED", "message": "locked"}}'
@@ -18,9 +18,10 @@ LOCKED = b'{"error": {"code": "RESOURCE_LOCKED", "message": "locked"}}'
 def fleet(mock, files, n, key=KEY, table="orders"):
     """n worker processes, the files dealt out among them; waits for all.
     Returns (exit codes, output lines, seconds)."""
+    procs = [spawn("load", key, mock.load_url(table), *files[i::n],
+                   stdin=True) for i in range(n)]
     start = time.monotonic()
-    procs = [spawn("load", key, mock.load_url(table), *files[i::n])
-             for i in range(n)]
+    start_together(procs)
     outs = [p.communicate(timeout=300) for p in procs]
     elapsed = time.monotonic() - start
     for p, (_, err) in zip(procs, outs):
@@ -103,13 +104,19 @@ def test_request_conflict_is_permanent_and_sent_once(t, mock):
     assert t.remaining(KEY) == 0.0  # nothing published
 
 
-def test_request_conflict_from_a_process_exits_1_sent_once(mock, segment):
+def test_request_conflict_from_a_process_exits_1_sent_once(mock, segment,
+                                                          tmp_path):
     url = mock.url + "/v1/tables"
     libthrottle.request(KEY, url, data='{"name": "orders"}')
-    p = spawn("load", KEY, url, os.devnull)  # an empty body: name missing
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 1 and out.startswith("permanent"), (out, err)
-    assert mock.stats()["requests"] == 2
+    body = tmp_path / "create.json"
+    body.write_text('{"name": "orders"}')
+    p = spawn("load", KEY, url, str(body), stdin=True)
+    expect_line(p, "ready")
+    out, err = p.communicate("go\n", timeout=60)
+    assert p.returncode == 1, (out, err)
+    assert out.split() == ["permanent", "create.json", "409", "CONFLICT"]
+    st = mock.stats()
+    assert (st["conflicts"], st["requests"]) == (1, 2)
 
 
 def test_request_transient_5xx_retried_locally(t, mock):
@@ -198,8 +205,9 @@ def test_request_fails_open_on_an_unusable_segment(mock, segment, tmp_path):
         f.write(b"x" * 8192)
     os.chmod(path, 0o600)
     (tmp_path / "f").write_bytes(b"row\n")
-    p = spawn("load", KEY, mock.load_url(), str(tmp_path / "f"))
-    out, err = p.communicate(timeout=60)
+    p = spawn("load", KEY, mock.load_url(), str(tmp_path / "f"), stdin=True)
+    expect_line(p, "ready")
+    out, err = p.communicate("go\n", timeout=60)
     assert p.returncode == 0, err
     assert "FallbackWarning" in err and segment[1:] in err
     assert mock.stats()["loads_ok"] == 1
@@ -246,12 +254,17 @@ def test_request_python_and_c_loaders_share_one_table(mock, segment, files,
         pytest.fail("%s is missing (make examples)" % loader)
     import subprocess
     paths = files(48)
-    start = time.monotonic()
-    py = [spawn("load", KEY, mock.load_url(), *paths[i:24:6])
+    py = [spawn("load", KEY, mock.load_url(), *paths[i:24:6], stdin=True)
           for i in range(6)]
+    for p in py:
+        expect_line(p, "ready")
+    start = time.monotonic()
     c = [subprocess.Popen([loader, mock.url, "orders"] + paths[24 + i::6],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) for i in range(6)]
+    for p in py:
+        p.stdin.write("go\n")
+        p.stdin.flush()  # communicate() closes it
     for p in py + c:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, (out, err)

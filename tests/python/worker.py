@@ -2,7 +2,8 @@
 arguments; it reports on standard output, one line per event, with
 time.monotonic() stamps (CLOCK_MONOTONIC is the same in every process).
 
-  load KEY URL FILE...     libthrottle.request() for each file; exit 0 when
+  load KEY URL FILE...     "ready", then a line on standard input starts
+                           libthrottle.request() for each file; exit 0 when
                            all loaded, 1 on a permanent answer, 75 when
                            one gave up
   wait KEY                 "ready", then Throttle.wait(KEY)
@@ -62,6 +63,10 @@ def load(key, url, files):
 def main(argv):
     cmd, key = argv[0], argv[1]
     if cmd == "load":
+        # started together: wait until every process of the fleet is up,
+        # so that interpreter start-up does not stretch the fleet's start
+        say("ready")
+        sys.stdin.readline()
         return load(key, argv[2], argv[3:])
     t = libthrottle.Throttle()
     # a handler that does not raise: it must run while the call waits
