@@ -464,6 +464,36 @@ static int child_holds_init_lock(void *p) {
   return 0;
 }
 
+/* ---- fork and jitter ------------------------------------------------- */
+
+static int draw_jitter(void *arg) {
+  int fd = *(int *)arg;
+  th_send_u64(fd, throttle__random());
+  return 0;
+}
+
+/* Forked waiters must not share one jitter sequence: each child's first
+ * draw differs from its siblings' and from the parent's next one. */
+static void test_multiproc_fork_reseeds_jitter(void **state) {
+  struct th_fx *fx = fx_of(state);
+  (void)throttle__random(); /* the parent's state is seeded */
+  enum { N = 4 };
+  uint64_t v[N + 1];
+  for (int i = 0; i < N; i++) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = th_spawn(fx, draw_jitter, &p[1]);
+    close(p[1]);
+    assert_int_equal(th_recv_u64(p[0], &v[i]), 0);
+    close(p[0]);
+    th_reap_ok(fx, pid, HANG_GUARD_MS);
+  }
+  v[N] = throttle__random();
+  for (int i = 0; i <= N; i++)
+    for (int j = 0; j < i; j++)
+      assert_true(v[i] != v[j]);
+}
+
 static void test_multiproc_stuck_creator_times_out_then_recovers(void **state) {
   struct th_fx *fx = fx_of(state);
   assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 200), 0);
@@ -512,6 +542,7 @@ int main(int argc, char **argv) {
       T(test_multiproc_creator_killed_before_magic),
       T(test_multiproc_creator_killed_before_truncate),
       T(test_multiproc_stuck_creator_times_out_then_recovers),
+      T(test_multiproc_fork_reseeds_jitter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
