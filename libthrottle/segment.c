@@ -10,7 +10,9 @@
  * point releases the flock with its file descriptor and leaves a magic of 0,
  * which the next opener treats as "not yet built" — so a half-built segment
  * can neither block nor fool anyone.  A non-zero magic that is not ours is
- * never overwritten: it may be another program's live segment.
+ * never overwritten: it may be another program's live segment.  Nothing
+ * here ever removes the name (a failed creator leaves it unfinished for the
+ * next opener) or makes the object smaller (others may map all of it).
  */
 #include "internal.h"
 
@@ -345,9 +347,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
       created = 1;
       /* shm_open applied the umask; set the mode we mean. */
       if (THROTTLE__SYS(FCHMOD, -1, fchmod(fd, mode)) != 0) {
-        int e = errno;
+        int e = errno; /* left in place: see the end of this function */
         close(fd);
-        shm_unlink(h->name);
         return sys_fail(h, "fchmod", e);
       }
     } else if (errno != EEXIST) {
@@ -383,8 +384,13 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
     rc = attach_locked(h, fd, h->capacity, created);
     flock(fd, LOCK_UN);
   }
-  if (rc != 0 && created)
-    shm_unlink(h->name);
+  /* A creator that fails leaves the name in place, unfinished (size 0 or
+   * magic 0), for the next opener to build.  Removing it was a split
+   * brain: between our O_EXCL and our failure (an init timeout above all)
+   * another opener may have built the object and be using it, and later
+   * openers would have created a second, empty one beside it.  Nothing
+   * proves the name is still our own unfinished object without a lock
+   * that others also hold across shm_open(), and there is none. */
   close(fd);
   if (rc == 0)
     h->shared = 1;

@@ -649,6 +649,49 @@ static void test_segment_unlink_invalid_env_is_einval(void **state) {
   unsetenv("THROTTLE_SEGMENT");
 }
 
+/* ---- a creator that fails ---------------------------------------------- */
+
+/* Waits for the name to appear, then opens it normally (building it) and
+ * publishes a back-off. */
+static int late_builder(void *arg) {
+  struct th_fx *fx = arg;
+  char path[256];
+  th_shm_path(fx->name, path, sizeof path);
+  uint64_t t0 = th_mono_ms();
+  while (access(path, F_OK) != 0 && th_mono_ms() - t0 < 10000)
+    th_sleep_ms(1);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(throttle_backoff(h, "k", TH_LONG_MS) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* The creator (O_EXCL) cannot take the init lock and times out while
+ * another process builds the segment and publishes into it.  The failing
+ * creator must not remove the name: later openers would get a second,
+ * empty segment and ignore the back-off (a split brain). */
+static void test_segment_failed_creator_keeps_name(void **state) {
+  struct th_fx *fx = fx_of(state);
+  pid_t kid = th_spawn(fx, late_builder, fx);
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, fx->name), 0);
+  assert_int_equal(throttle_config_set_lock_timeout(cfg, 1000), 0);
+  throttle__fault_arm(THROTTLE__FAULT_FLOCK, 1);
+  throttle__fault_persist(THROTTLE__FAULT_FLOCK, true);
+  throttle__fault_errno(THROTTLE__FAULT_FLOCK, EWOULDBLOCK);
+  throttle_t *a = NULL;
+  int rc = throttle_open(cfg, &a);
+  throttle__fault_reset();
+  assert_int_equal(rc, THROTTLE_EINITTIMEOUT);
+  throttle_close(a);
+  throttle_config_free(cfg);
+  th_reap_ok(fx, kid, 10000);
+  throttle_t *h = th_open(fx);
+  assert_true(th_remaining(h, "k") > 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -680,6 +723,7 @@ int main(void) {
       T(test_segment_env_max_delay_respected),
       T(test_segment_unlink),
       T(test_segment_unlink_invalid_env_is_einval),
+      T(test_segment_failed_creator_keeps_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
