@@ -81,6 +81,25 @@ static void layout_sizes(uint32_t capacity, uint32_t *nbuckets,
   *total = *records_off + (uint64_t)capacity * sizeof(struct throttle__rec);
 }
 
+/* The smallest capacity whose segment is at least size bytes, or 0 when
+ * even the largest is smaller. */
+static uint32_t capacity_filling(uint64_t size) {
+  uint32_t lo = 1, hi = THROTTLE__MAX_CAPACITY, nb;
+  uint64_t roff, total;
+  layout_sizes(hi, &nb, &roff, &total);
+  if (total < size)
+    return 0;
+  while (lo < hi) { /* total grows with the capacity */
+    uint32_t mid = lo + (hi - lo) / 2;
+    layout_sizes(mid, &nb, &roff, &total);
+    if (total >= size)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
 int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
                               char *why, size_t whylen) {
   uint64_t magic = atomic_load_explicit(&hdr->magic, memory_order_acquire);
@@ -286,19 +305,25 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                             "remove it (throttlectl rm)",
                             h->name);
     }
-    /* Magic 0: a creator died before finishing (or a writer zeroed it
-     * under live users).  Rebuild it, never smaller: processes that still
-     * map it would fault (SIGBUS) past a new end.  When this opener's
-     * capacity would shrink it, keep the one its header describes. */
-    uint32_t c = hdr->capacity, cnb;
+    /* Magic 0: a creator died before finishing (or a writer zeroed the
+     * header under live users).  Rebuild it, never smaller: processes that
+     * still map it would fault (SIGBUS) past a new end.  The header's own
+     * capacity cannot be trusted for that (it may be zeroed too), so the
+     * size of the object decides: when this opener's capacity would shrink
+     * it, take the smallest capacity that fills it (growing it by less than
+     * one record at most). */
+    munmap(base, size);
+    uint32_t cnb;
     uint64_t croff, ctotal;
     layout_sizes(capacity, &cnb, &croff, &ctotal);
-    if (ctotal < size && c >= 1 && c <= THROTTLE__MAX_CAPACITY) {
-      layout_sizes(c, &cnb, &croff, &ctotal);
-      if (ctotal == size)
-        capacity = c;
+    if (ctotal < size) {
+      capacity = capacity_filling(size);
+      if (capacity == 0)
+        return throttle__fail(h, THROTTLE_ESIZE,
+                              "%s is %llu bytes, more than the largest "
+                              "segment; remove it (throttlectl rm)",
+                              h->name, (unsigned long long)size);
     }
-    munmap(base, size);
   }
   if (size == 0 && (h->flags & THROTTLE_NO_CREATE))
     return throttle__fail(h, THROTTLE_ESHM,

@@ -157,6 +157,40 @@ static void test_segment_unfinished_magic_zero_rebuilt(void **state) {
   assert_true(th_remaining(h, "k") > 0);
 }
 
+/* The header (magic and capacity) zeroed under a live user, then an opener
+ * with a smaller capacity: the rebuild must not shrink the object, or the
+ * live user faults (SIGBUS) on its records past the new end. */
+static int touch_last_record(void *arg) {
+  throttle_t *h = arg;
+  /* the last record, far past what a 16-key segment holds */
+  struct throttle__rec *r = &h->recs[h->capacity - 1];
+  return atomic_load(&r->not_before) == UINT64_MAX ? 1 : 0;
+}
+
+static void test_segment_rebuild_never_shrinks(void **state) {
+  struct th_fx *fx = fx_of(state);
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 4096), 0);
+  throttle_t *live = th_open(fx);
+  struct stat before = stat_segment(fx->name);
+  size_t size;
+  struct throttle__hdr *hdr = map_hdr(fx, &size);
+  atomic_store(&hdr->magic, 0);
+  hdr->capacity = 0;
+  th_unmap(hdr, size);
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 16), 0);
+  throttle_t *b = NULL;
+  assert_int_equal(th_open_rc(fx, &b), 0);
+  struct stat after = stat_segment(fx->name);
+  assert_true(after.st_size >= before.st_size);
+  uint32_t cap = 0;
+  assert_int_equal(throttle_stats(b, &cap, NULL, NULL, NULL), 0);
+  assert_true(cap >= 4096);
+  assert_int_equal(throttle_backoff(b, "k", 30000), 0);
+  throttle_close(b);
+  /* the old mapping is still whole */
+  th_reap_ok(fx, th_spawn(fx, touch_last_record, live), 10000);
+}
+
 /* ---- forged headers ----------------------------------------------------- */
 
 static void test_segment_wrong_magic_refused(void **state) {
@@ -700,6 +734,7 @@ int main(void) {
       T(test_segment_attach_keeps_creator_capacity),
       T(test_segment_empty_object_is_built),
       T(test_segment_unfinished_magic_zero_rebuilt),
+      T(test_segment_rebuild_never_shrinks),
       T(test_segment_wrong_magic_refused),
       T(test_segment_wrong_version_refused),
       T(test_segment_wrong_fingerprint_refused),
