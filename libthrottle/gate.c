@@ -504,6 +504,15 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     if (registered && s == NULL) {
       registered = false; /* reclaimed under us (lease, or a bad writer) */
     }
+    if (!registered && gen_taken && r->cancel_gen != cancel_gen) {
+      /* Canceled since we arrived, while we had no slot (more callers
+       * than slots) or lost ours: a cancel ends every caller waiting at
+       * its moment, not only those it found in a slot. */
+      sat_inc(&r->canceled);
+      throttle__unlock(h);
+      rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
+      break;
+    }
     if (!registered) {
       if (!gen_taken) {
         cancel_gen = r->cancel_gen;
@@ -535,11 +544,6 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     if (s != NULL && s->state == THROTTLE__SLOT_CANCELED) {
       free_slot(s);
       sat_inc(&r->canceled);
-      throttle__unlock(h);
-      rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
-      break;
-    }
-    if (s == NULL && r->cancel_gen != cancel_gen) {
       throttle__unlock(h);
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
       break;

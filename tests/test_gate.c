@@ -504,6 +504,45 @@ static void test_gate_cancel_wakes_all(void **state) {
   assert_int_equal(throttle_cancel(h, "no-such-key"), THROTTLE_ENOKEY);
 }
 
+static int enter_record(void *arg) {
+  struct worker *w = arg;
+  throttle_t *h = child_open(w->fx);
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 5000, &t);
+  atomic_store(&w->o->result[w->index], rc);
+  if (rc == 0)
+    throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* More callers than participant slots: the callers beyond them wait
+ * without a slot, and a cancel must end them too. */
+static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  enum { N = 34 }; /* 32 slots, 2 beyond */
+  struct worker w[N];
+  pid_t pid[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (struct worker){fx, o, i, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+    atomic_store(&o->result[i], 1);
+    pid[i] = th_spawn(fx, enter_record, &w[i]);
+  }
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 32, HANG_MS);
+  for (int i = 0; i < N; i++)
+    th_wait_sleeping(pid[i], 2000);
+  assert_int_equal(throttle_cancel(h, KEY), 0);
+  for (int i = 0; i < N; i++)
+    th_reap_ok(fx, pid[i], HANG_MS);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(atomic_load(&o->result[i]), THROTTLE_ECANCELED);
+  assert_int_equal(field(h, THROTTLE_FIELD_CANCELED), N);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -643,6 +682,7 @@ int main(void) {
       T(test_gate_rate),
       T(test_gate_pause_resume),
       T(test_gate_cancel_wakes_all),
+      T(test_gate_cancel_reaches_callers_beyond_slots),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),
