@@ -194,12 +194,19 @@ void throttle__open_locked(struct throttle__rec *r) {
   sat_inc(&r->clears);
 }
 
+/* Every wake changes the word it wakes on: a waiter that read its word
+ * under the mutex and is between unlocking and futex_wait() would
+ * otherwise miss the wake (the kernel compares the word, unchanged) and
+ * sleep until its re-check, up to POLL_NS late for a resume, a clear or a
+ * raised cap. */
 void throttle__wake_rec(struct throttle__rec *r) {
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
   throttle__futex_wake(&r->epoch);
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state != THROTTLE__SLOT_FREE)
+    if (r->slot[i].state != THROTTLE__SLOT_FREE) {
+      bump(&r->slot[i]);
       throttle__futex_wake(&r->slot[i].word);
+    }
 }
 
 void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
@@ -208,9 +215,14 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
     delay_ns = h->max_delay_ns;
   uint64_t cur = throttle__clamp_nb_locked(h, r, now);
   uint64_t want = throttle__sat_add(now, delay_ns);
+  /* The episode first, the not-before second: a crash between the two
+   * leaves an episode on an open key (the next caller probes alone), never
+   * a not-before without an episode (when it passed, every waiter would go
+   * at once: a herd). */
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
+  THROTTLE__CRASHPOINT("gate-mid-publish");
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);
-  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
   r->last_pid = (uint32_t)getpid();

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -543,6 +544,42 @@ static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
   assert_int_equal(field(h, THROTTLE_FIELD_CANCELED), N);
 }
 
+/* The participant slot of the only waiter of KEY. */
+static struct throttle__slot *waiting_slot(throttle_t *h) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED || r->key_len != strlen(KEY) ||
+        memcmp(r->key, KEY, r->key_len) != 0)
+      continue;
+    for (uint32_t k = 0; k < THROTTLE__SLOTS; k++)
+      if (r->slot[k].state == THROTTLE__SLOT_WAITING)
+        return &r->slot[k];
+  }
+  fail_msg("no waiting slot for %s", KEY);
+  return NULL;
+}
+
+/* A wake must change the word it wakes on: a waiter that read its word
+ * and has not yet reached futex_wait() (here: stopped) would otherwise
+ * sleep through a resume until its next re-check. */
+static void test_gate_wake_changes_the_word(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  struct worker w = {fx, o, 0, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+  pid_t pid = th_spawn(fx, worker_main, &w);
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_MS);
+  assert_int_equal(kill(pid, SIGSTOP), 0);
+  th_wait_stopped(fx, pid, HANG_MS);
+  struct throttle__slot *s = waiting_slot(h);
+  uint32_t before = atomic_load(&s->word);
+  assert_int_equal(throttle_resume(h, KEY), 0);
+  assert_true(atomic_load(&s->word) != before);
+  assert_int_equal(kill(pid, SIGCONT), 0);
+  th_reap_ok(fx, pid, HANG_MS);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -683,6 +720,7 @@ int main(void) {
       T(test_gate_pause_resume),
       T(test_gate_cancel_wakes_all),
       T(test_gate_cancel_reaches_callers_beyond_slots),
+      T(test_gate_wake_changes_the_word),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),
