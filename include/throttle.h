@@ -45,6 +45,25 @@
  *   - Trust.  Any process of the same user can write the segment.  Every field
  *     read from it is validated; a hostile writer can delay a key by at most
  *     the configured maximum delay and cannot crash or hang a reader.
+ *   - fork().  Loaders fork (multiprocessing's fork start method, pools,
+ *     xargs), so each object is defined across it:
+ *       Handles: a child may go on using a throttle_t it inherited (the
+ *       mapping is shared, not copied) and must throttle_close() its copy;
+ *       or open its own.  Configurations are plain memory, copied.
+ *       Tickets: an admission is one slot, whichever process holds the
+ *       ticket.  A child may throttle_leave() an inherited ticket; that
+ *       releases the slot, and the copy left in the parent is then stale
+ *       (its throttle_leave() frees nothing and returns THROTTLE_ESTALE).
+ *       Leave each admission once, in one process.  The slot is judged
+ *       alive by the process that entered: if that one exits while a child
+ *       still works under its ticket, the slot is reclaimed as dead.
+ *       Waits: fork() copies only the calling thread, so a wait in another
+ *       thread does not exist in the child; the parent's queue place stays
+ *       the parent's.  Jitter is reseeded in the child, so forked waiters
+ *       do not wake in step.
+ *       Python multiprocessing with the fork start method gives each worker
+ *       the parent's handle under these rules; with spawn or forkserver
+ *       each worker opens its own.
  *   - docs/FAILURE-MODEL.md lists every fault and what an operator does.
  */
 #ifndef THROTTLE_H
@@ -107,7 +126,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(ECANCELED, -19, "canceled")                                               \
   XX(ESYS, -20, "system call failed")                                          \
   XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
-  XX(EINTR, -22, "interrupted by the caller")
+  XX(EINTR, -22, "interrupted by the caller")                                 \
+  XX(ESTALE, -23, "the admission was already taken back")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -355,8 +375,14 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
  * is published as a back-off (0 means the default of 5000 ms).
+ * Tickets are unique for the segment's lifetime: a ticket whose admission
+ * was already taken back (its lease lapsed, or the same admission was left
+ * before, e.g. by a forked copy) matches no slot, frees nothing and
+ * returns THROTTLE_ESTALE; a back-off it reports is still published (the
+ * server's answer holds whoever asked).
  * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
- * freed), THROTTLE_ELOCKTIMEOUT (the slot is then reclaimed by its lease). */
+ * freed), THROTTLE_ESTALE, THROTTLE_ELOCKTIMEOUT (the slot is then
+ * reclaimed by its lease). */
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);

@@ -448,15 +448,35 @@ static void learn_locked(struct throttle__rec *r, throttle_outcome_t outcome,
 
 /* ---- enter / leave --------------------------------------------------- */
 
+/* The slot of ticket t, or NULL when it is no longer there (reclaimed by
+ * its lease, or canceled and freed).  The ticket number alone identifies
+ * it: tickets never repeat within a segment, so no other admission can
+ * match, and the pid is deliberately not compared, so that a forked child
+ * can release its parent's admission (see fork in throttle.h). */
 static struct throttle__slot *my_slot(struct throttle__rec *r,
                                       const throttle_ticket_t *t) {
   if (t->slot >= THROTTLE__SLOTS)
     return NULL;
   struct throttle__slot *s = &r->slot[t->slot];
-  if (s->state == THROTTLE__SLOT_FREE || s->ticket != t->ticket ||
-      s->pid != (uint32_t)getpid())
+  if (s->state == THROTTLE__SLOT_FREE || s->ticket != t->ticket)
     return NULL;
   return s;
+}
+
+/* The next ticket of the segment.  A counter far beyond any real use (2^62
+ * admissions) was written by a bad writer: start again above the tickets
+ * of this key, which keeps its FIFO order and its identities distinct. */
+static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
+  uint64_t n = h->hdr->next_ticket + 1;
+  if (n == 0 || n > (UINT64_C(1) << 62)) {
+    n = 1;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+      if (r->slot[i].state != THROTTLE__SLOT_FREE &&
+          r->slot[i].ticket >= n && r->slot[i].ticket < (UINT64_C(1) << 62))
+        n = r->slot[i].ticket + 1;
+  }
+  h->hdr->next_ticket = n;
+  return n;
 }
 
 static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
@@ -545,7 +565,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         s->pid = (uint32_t)getpid();
         s->start = start_ticks;
         s->lease_ms = h->lease_ms;
-        s->ticket = ++r->next_ticket;
+        s->ticket = next_ticket_locked(h, r);
         s->since_ns = now;
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
@@ -683,8 +703,10 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   if (r == NULL && publish)
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
   struct wake w = {.n = 0};
+  bool stale = true; /* no slot of this admission is left */
   if (r != NULL) {
     struct throttle__slot *s = my_slot(r, t);
+    stale = s == NULL;
     bool probe = s != NULL && r->probe_ticket != 0 &&
                  s->ticket == r->probe_ticket;
     uint32_t concurrent = s != NULL ? s->concurrent : 0;
@@ -713,7 +735,8 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
           ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
                                                 : ms * THROTTLE__NS_PER_MS);
     }
-    learn_locked(r, outcome, others, concurrent);
+    if (!stale) /* a stale report says nothing of the cap now */
+      learn_locked(r, outcome, others, concurrent);
     r->last_use_ns = now;
     THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
     uint64_t next;
@@ -721,11 +744,19 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   throttle__unlock(h);
   wake_all(&w);
+  char key_copy[THROTTLE__KEY_MAX + 1];
+  memcpy(key_copy, t->key, t->len + 1);
   throttle__free(t);
   if (rc == 0 && bad_outcome)
     rc = throttle__fail(h, THROTTLE_EINVAL,
                         "unknown outcome; the slot was given back as "
                         "abandoned");
+  else if (rc == 0 && stale)
+    rc = throttle__fail(h, THROTTLE_ESTALE,
+                        "%.255s: the admission was already taken back (its "
+                        "lease lapsed, or it was left before); no slot was "
+                        "touched%s",
+                        key_copy, publish ? ", the back-off was published" : "");
   else if (rc == 0)
     throttle__clear_msg(h);
   return rc;

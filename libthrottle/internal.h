@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 1u
+#define THROTTLE__LAYOUT 2u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -71,6 +71,11 @@ struct throttle__hdr {
   uint32_t tombstones;
   uint64_t evictions;
   uint64_t repairs;
+  /* Admission tickets: one sequence for the whole segment, never reset,
+   * so a ticket names one admission for the segment's lifetime (a
+   * per-key count restarted when a key was evicted and reused, and a
+   * stale ticket then matched a new holder's slot). */
+  uint64_t next_ticket;
 };
 
 /* Participants of one key: holders and waiters.  A key with more than
@@ -94,7 +99,7 @@ struct throttle__slot {
   uint32_t pid;
   uint32_t lease_ms; /* how long a grant may be held before reclaim */
   uint64_t start;    /* process start time (clock ticks), against pid reuse */
-  uint64_t ticket;   /* per-key arrival number: FIFO order and identity */
+  uint64_t ticket;   /* segment-wide arrival number: FIFO order, identity */
   uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
 };
 
@@ -130,7 +135,6 @@ struct throttle__rec {
   uint64_t rate_period_ns;
   /* State: */
   uint64_t rate_tat_ns; /* GCRA theoretical arrival time */
-  uint64_t next_ticket;
   uint64_t last_reap_ns;
   uint32_t auto_cap;      /* learned cap, 1..THROTTLE__SLOTS */
   uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */

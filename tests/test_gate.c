@@ -580,6 +580,65 @@ static void test_gate_wake_changes_the_word(void **state) {
   th_reap_ok(fx, pid, HANG_MS);
 }
 
+/* A ticket whose slot was reclaimed by its lease, its key then evicted
+ * and created again: a new holder of the same process lands in the same
+ * slot.  Leaving with the stale ticket must not free the new holder's
+ * slot (the cap would then admit a second caller). */
+static void test_gate_stale_ticket_frees_nothing(void **state) {
+  struct th_fx *fx = *state;
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 1), 0);
+  assert_int_equal(throttle_config_set_lease(fx->cfg, 50), 0);
+  throttle_t *h = th_open(fx);
+  throttle_ticket_t *stale, *t2, *t3, *t4;
+  assert_int_equal(
+      throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &stale), 0);
+  th_sleep_ms(120); /* the lease lapses */
+  /* the next caller reclaims it (the reap runs at most every 50 ms) */
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 5000, &t2), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_RECLAIMS), 1);
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  /* a one-key table: another key evicts KEY, KEY evicts it back */
+  assert_int_equal(throttle_enter(h, "other", THROTTLE_CLASS_LIVE, 1000, &t2),
+                   0);
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t3), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_ADMITTED), 1); /* a new record */
+  assert_int_equal(throttle_leave(h, stale, THROTTLE_OUTCOME_OK, 0),
+                   THROTTLE_ESTALE);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_try_enter(h, KEY, THROTTLE_CLASS_LIVE, &t4, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t3, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
+static int leave_in_child(void *arg) {
+  void **a = arg;
+  throttle_t *h = a[0];
+  throttle_ticket_t *t = a[1];
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  return 0;
+}
+
+/* A worker forked after throttle_enter() leaves with the inherited
+ * ticket: the slot is released (the next caller is admitted while the
+ * parent lives), and the parent's own copy is then stale. */
+static void test_gate_ticket_left_from_forked_child(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  throttle_ticket_t *t, *t2;
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  void *arg[2] = {h, t};
+  th_reap_ok(fx, th_spawn(fx, leave_in_child, arg), HANG_MS);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 0);
+  assert_int_equal(throttle_try_enter(h, KEY, THROTTLE_CLASS_LIVE, &t2, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0),
+                   THROTTLE_ESTALE);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 1); /* t2 kept */
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -721,6 +780,8 @@ int main(void) {
       T(test_gate_cancel_wakes_all),
       T(test_gate_cancel_reaches_callers_beyond_slots),
       T(test_gate_wake_changes_the_word),
+      T(test_gate_stale_ticket_frees_nothing),
+      T(test_gate_ticket_left_from_forked_child),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),

@@ -171,7 +171,6 @@ static void nasty_rec(struct throttle__rec *r, uint64_t *rs) {
     r->share_permille = (uint32_t)xorshift(rs);
     break;
   case 5:
-    r->next_ticket = UINT64_MAX - rnd(rs, 2);
     r->probe_ticket = xorshift(rs);
     r->flags = (uint16_t)xorshift(rs);
     break;
