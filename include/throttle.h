@@ -164,8 +164,15 @@ THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
 THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
                                                  uint32_t keys);
 
-/* Largest delay a publisher may set and a reader will honour.  Default
- * $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
+/* Largest delay this process honours: throttle_wait() and
+ * throttle_remaining() treat a longer not-before as this long (counted from
+ * the start of the wait).  throttle_enter() follows the gate all processes
+ * share, bounded by the segment's maximum; bound its wait with its timeout.
+ * It never changes what is stored for the others (a loosely configured
+ * process cannot shorten their waits).  When
+ * this process creates the segment, it is also the segment's maximum, the
+ * most any publisher may store (see throttle_set_segment_max_delay()).
+ * Default $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
  * Errors: THROTTLE_EINVAL (0 or more than 7 days). */
 THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
                                                   uint64_t ms);
@@ -271,7 +278,8 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 /* ---- Back-off -------------------------------------------------------- */
 
 /* Publish "key: not before now + delay_ms".  The not-before only ever moves
- * later: it becomes max(current, now + min(delay_ms, max delay)).  Wakes
+ * later: it becomes max(current, now + min(delay_ms, the segment's maximum
+ * delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
  * back-off or holders pending, so none can be evicted: the caller honours
@@ -416,6 +424,17 @@ THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
  * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
+
+/* The segment's maximum delay: the longest not-before any publisher may
+ * store, for every process.  Set by the creator (its max delay), changed
+ * here (e.g. by `throttlectl`).  Each process still honours at most its own
+ * maximum (throttle_config_set_max_delay()).
+ * Errors: THROTTLE_EINVAL (h NULL, ms 0 or more than 7 days),
+ * THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT. */
+THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,
+                                                   uint64_t ms);
+/* *ms = the segment's maximum delay.  Errors: THROTTLE_EINVAL. */
+THROTTLE_EXTERN int throttle_segment_max_delay(throttle_t *h, uint64_t *ms);
 
 /* ---- Inspection ------------------------------------------------------ */
 

@@ -211,8 +211,9 @@ void throttle__wake_rec(struct throttle__rec *r) {
 
 void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
                               uint64_t now, uint64_t delay_ns) {
-  if (delay_ns > h->max_delay_ns)
-    delay_ns = h->max_delay_ns;
+  uint64_t seg_max = throttle__seg_max_ns(h);
+  if (delay_ns > seg_max) /* the fleet's bound, not this process's own */
+    delay_ns = seg_max;
   uint64_t cur = throttle__clamp_nb_locked(h, r, now);
   uint64_t want = throttle__sat_add(now, delay_ns);
   /* The episode first, the not-before second: a crash between the two

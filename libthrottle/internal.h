@@ -76,6 +76,11 @@ struct throttle__hdr {
    * per-key count restarted when a key was evicted and reused, and a
    * stale ticket then matched a new holder's slot). */
   uint64_t next_ticket;
+  /* The fleet's maximum delay: the most a publisher may store, set by the
+   * creator (its max delay) and changed with throttle_set_segment_max_delay.
+   * A process's own max delay bounds only what it honours (I1); read
+   * without the mutex, bounded on every read (throttle__seg_max_ns). */
+  _Atomic uint64_t max_delay_ns;
 };
 
 /* Participants of one key: holders and waiters.  A key with more than
@@ -279,8 +284,13 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             struct throttle__rec **out);
 void throttle__init_table(throttle_t *h);
 void throttle__repair_locked(throttle_t *h);
+/* The not-before, pulled in (and stored so) when beyond the segment's
+ * maximum delay. */
 uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
                                    uint64_t now);
+/* The segment's maximum delay, bounded (shared memory is input). */
+uint64_t throttle__seg_max_ns(const throttle_t *h);
+#define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
 /* gate.c */

@@ -194,6 +194,8 @@ static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
       (ssize_t)sizeof hdr->seed)
     hdr->seed = throttle__mono_ns() ^ ((uint64_t)getpid() << 40);
   hdr->created_ns = throttle__now_ns();
+  atomic_store_explicit(&hdr->max_delay_ns, h->max_delay_ns,
+                        memory_order_relaxed);
   hdr->creator_pid = (uint32_t)getpid();
 
   int rc = init_mutex(&hdr->mutex, pshared);
