@@ -25,11 +25,18 @@
  *     to the next locker, which repairs and validates the table (the mutex is
  *     robust).  Nobody waits longer than the lock timeout for a dead owner.
  *   - Stale admissions.  Each holder of an admission is recorded with its
- *     pid and its process start time (from /proc/PID/stat), so a dead
- *     holder's slot is reclaimed at the next look by any waiter (within
- *     about 300 ms) and a reused pid is not mistaken for it; a zombie
- *     counts as dead.  A holder that is alive but hung keeps its slot until
- *     its lease lapses (throttle_config_set_lease, default 10 min).  Lock
+ *     pid, its process start time (from /proc/PID/stat) and its PID
+ *     namespace, so a dead holder's slot is reclaimed at the next look by
+ *     any waiter (within about 300 ms) and a reused pid is not mistaken for
+ *     it; a zombie counts as dead.  Dead needs evidence: a holder that
+ *     cannot be judged is alive until its lease lapses.  That is the case
+ *     for a holder in another PID namespace (containers that share IPC and
+ *     /dev/shm but not their PIDs: each container's dead holders then cost
+ *     the others up to one lease, so keep the lease short there, or give
+ *     each container its own THROTTLE_SEGMENT), and for a caller that
+ *     cannot read /proc (hidepid, /proc not mounted).  A holder that is
+ *     alive but hung keeps its slot until its lease lapses
+ *     (throttle_config_set_lease, default 10 min).  Lock
  *     bytes per slot (OFD locks) were rejected: they are inherited across
  *     fork(), so a child would keep a dead parent's slot alive.
  *   - Stale or damaged segments.  A segment written by another layout, by

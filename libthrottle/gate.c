@@ -38,6 +38,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,30 +60,31 @@ struct throttle_ticket {
 
 /* ---- processes ------------------------------------------------------- */
 
-/* What /proc says of a process: gone (no such entry, or a zombie: a
- * killed child its parent has not reaped yet is dead to us), alive with its
- * start time in clock ticks since boot, or unknown (the entry could not be
- * read, e.g. out of file descriptors). */
-enum { PROC_GONE, PROC_ALIVE, PROC_UNKNOWN };
+/* What /proc says of a process: a zombie (dead to us: a killed child its
+ * parent has not reaped yet), missing (no entry: gone, or hidden from us by
+ * hidepid or a /proc of another PID namespace), alive with its start time
+ * in clock ticks since boot, or unknown (unreadable, e.g. out of file
+ * descriptors). */
+enum { PROC_ZOMBIE, PROC_MISSING, PROC_ALIVE, PROC_UNKNOWN };
 
 static int proc_start(pid_t pid, uint64_t *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNKNOWN;
+    return errno == ENOENT || errno == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   int e = errno;
   close(fd);
   if (n <= 0)
-    return n < 0 && e == ESRCH ? PROC_GONE : PROC_UNKNOWN;
+    return n < 0 && e == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
   buf[n] = 0;
   char *p = strrchr(buf, ')'); /* the command name may hold spaces */
   if (p == NULL || p[1] != ' ')
     return PROC_UNKNOWN;
   char state = p[2];
   if (state == 'Z' || state == 'X' || state == 'x')
-    return PROC_GONE;
+    return PROC_ZOMBIE;
   /* Field 3 is the state; the start time is field 22. */
   p += 2;
   for (int field = 3; field < 22 && p != NULL; field++) {
@@ -96,25 +98,46 @@ static int proc_start(pid_t pid, uint64_t *start) {
   return PROC_ALIVE;
 }
 
-/* This process's start time, 0 when /proc could not tell (a slot with start
- * 0 is then judged by its pid alone). */
-static uint64_t my_start(void) {
+/* This process's start time and PID namespace (the inode of
+ * /proc/self/ns/pid), 0 when /proc could not tell.  Cached per pid, so a
+ * forked child looks again. */
+struct self_id {
+  uint64_t start;
+  uint64_t pidns;
+};
+
+static struct self_id my_id(void) {
   static _Atomic int64_t cached_pid;
-  static _Atomic uint64_t cached;
+  static _Atomic uint64_t cached_start, cached_ns;
   pid_t me = getpid();
   if (atomic_load(&cached_pid) != me) {
     uint64_t st = 0;
     if (proc_start(me, &st) != PROC_ALIVE)
       st = 0;
-    atomic_store(&cached, st);
+    struct stat sb;
+    uint64_t ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino
+                                                      : 0;
+    atomic_store(&cached_start, st);
+    atomic_store(&cached_ns, ns);
     atomic_store(&cached_pid, me);
   }
-  return atomic_load(&cached);
+  return (struct self_id){atomic_load(&cached_start), atomic_load(&cached_ns)};
 }
 
 /* Dead only on evidence: a live holder's slot must never be taken because
- * /proc could not be read at that moment (that would admit over the cap). */
+ * it could not be seen (that would admit over the cap, I5).  Evidence is
+ * judged only within one PID namespace, known on both sides: a pid of
+ * another namespace names some other process here (two containers of a
+ * pod share IPC and /dev/shm but not their PIDs), so such a holder, or one
+ * whose namespace is unknown, lives until its lease lapses.  Within the
+ * namespace: kill() saying ESRCH, a zombie, or another start time on the
+ * pid (reused).  A missing /proc entry of a process kill() still finds
+ * is hidden (hidepid, another /proc), not dead; if it really just died,
+ * the next look sees ESRCH. */
 static bool holder_alive(const struct throttle__slot *s) {
+  struct self_id me = my_id();
+  if (s->pidns == 0 || me.pidns == 0 || s->pidns != me.pidns)
+    return true;
   if (s->pid == (uint32_t)getpid())
     return true;
   if (s->pid == 0 || s->pid > INT32_MAX)
@@ -123,7 +146,7 @@ static bool holder_alive(const struct throttle__slot *s) {
     return false;
   uint64_t st = 0;
   switch (proc_start((pid_t)s->pid, &st)) {
-  case PROC_GONE:
+  case PROC_ZOMBIE:
     return false;
   case PROC_ALIVE: /* another process now wears the pid? */
     return s->start == 0 || st == s->start;
@@ -506,7 +529,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
                                          ? UINT64_MAX
                                          : timeout_ms * THROTTLE__NS_PER_MS);
-  uint64_t start_ticks = my_start();
+  struct self_id self = my_id();
   uint32_t cancel_gen = 0;
   bool registered = false, gen_taken = false, interrupted = false;
   struct wake w = {.n = 0};
@@ -564,7 +587,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         s->state = THROTTLE__SLOT_WAITING;
         s->cls = (uint8_t)cls;
         s->pid = (uint32_t)getpid();
-        s->start = start_ticks;
+        s->start = self.start;
+        s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
         s->ticket = next_ticket_locked(h, r);
         s->since_ns = now;

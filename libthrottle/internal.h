@@ -104,6 +104,7 @@ struct throttle__slot {
   uint32_t pid;
   uint32_t lease_ms; /* how long a grant may be held before reclaim */
   uint64_t start;    /* process start time (clock ticks), against pid reuse */
+  uint64_t pidns;    /* inode of the holder's PID namespace, 0 = unknown */
   uint64_t ticket;   /* segment-wide arrival number: FIFO order, identity */
   uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
 };
