@@ -253,13 +253,48 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   r->last_use_ns = now;
 }
 
+/* ---- time read from shared memory (I8) ------------------------------- */
+
+/* Every time-like field is bounded where it is read and at repair, so that
+ * one bad word delays a key by at most the segment's maximum delay (or a
+ * slot by the longest lease), never forever.  Stored back, so every reader
+ * sees the same bounded value. */
+#define LEASE_MAX_MS 86400000u                                /* one day */
+#define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
+
+static void bound_slot_times(struct throttle__slot *s, uint64_t now) {
+  if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
+    s->lease_ms = LEASE_MAX_MS;
+  if (s->since_ns > now) /* a grant in the future would never lapse */
+    s->since_ns = now;
+}
+
+/* A conforming GCRA state never runs more than one period ahead of now. */
+static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
+  if (r->rate_n != 0 && r->rate_period_ns == 0)
+    r->rate_n = 0; /* no period: no rate (the setter never writes this) */
+  if (r->rate_n == 0)
+    return;
+  if (r->rate_period_ns > RATE_PERIOD_MAX_NS)
+    r->rate_period_ns = RATE_PERIOD_MAX_NS;
+  uint64_t ahead = r->rate_period_ns;
+  uint64_t max = throttle__seg_max_ns(h);
+  if (ahead > max)
+    ahead = max;
+  uint64_t limit = throttle__sat_add(now, ahead);
+  if (r->rate_tat_ns > limit)
+    r->rate_tat_ns = limit;
+}
+
 /* After a crash inside the critical section: make every slot and setting
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
-  (void)h;
+  uint64_t now = throttle__now_ns();
+  bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
+    bound_slot_times(s, now);
     if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
         (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
       free_slot(s);
@@ -277,8 +312,6 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     r->auto_cap = 1;
   if (r->auto_fails > MAX_AUTO_FAILS)
     r->auto_fails = MAX_AUTO_FAILS;
-  if (r->rate_n != 0 && r->rate_period_ns == 0)
-    r->rate_n = 0;
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -334,6 +367,7 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
     struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
+    bound_slot_times(s, now);
     bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
                   now - s->since_ns >
                       (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS &&
@@ -395,6 +429,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (!out)
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
+  bound_rate(h, r, now);
   uint32_t cap = cap_of(r);
   uint32_t holders = count(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =

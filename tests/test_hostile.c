@@ -105,14 +105,7 @@ static const char *bad_key(int i) {
 }
 
 static struct throttle__rec *rec_of(throttle_t *h, const char *key) {
-  size_t len = strlen(key);
-  for (uint32_t i = 0; i < h->capacity; i++) {
-    struct throttle__rec *r = &h->recs[i];
-    if (r->state == THROTTLE__REC_USED && r->key_len == len &&
-        memcmp(r->key, key, len) == 0)
-      return r;
-  }
-  return NULL;
+  return th_rec(h, key);
 }
 
 /* ---- the writer ---------------------------------------------------------- */
