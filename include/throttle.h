@@ -25,11 +25,18 @@
  *     to the next locker, which repairs and validates the table (the mutex is
  *     robust).  Nobody waits longer than the lock timeout for a dead owner.
  *   - Stale admissions.  Each holder of an admission is recorded with its
- *     pid and its process start time (from /proc/PID/stat), so a dead
- *     holder's slot is reclaimed at the next look by any waiter (within
- *     about 300 ms) and a reused pid is not mistaken for it; a zombie
- *     counts as dead.  A holder that is alive but hung keeps its slot until
- *     its lease lapses (throttle_config_set_lease, default 10 min).  Lock
+ *     pid, its process start time (from /proc/PID/stat) and its PID
+ *     namespace, so a dead holder's slot is reclaimed at the next look by
+ *     any waiter (within about 300 ms) and a reused pid is not mistaken for
+ *     it; a zombie counts as dead.  Dead needs evidence: a holder that
+ *     cannot be judged is alive until its lease lapses.  That is the case
+ *     for a holder in another PID namespace (containers that share IPC and
+ *     /dev/shm but not their PIDs: each container's dead holders then cost
+ *     the others up to one lease, so keep the lease short there, or give
+ *     each container its own THROTTLE_SEGMENT), and for a caller that
+ *     cannot read /proc (hidepid, /proc not mounted).  A holder that is
+ *     alive but hung keeps its slot until its lease lapses
+ *     (throttle_config_set_lease, default 10 min).  Lock
  *     bytes per slot (OFD locks) were rejected: they are inherited across
  *     fork(), so a child would keep a dead parent's slot alive.
  *   - Stale or damaged segments.  A segment written by another layout, by
@@ -45,6 +52,25 @@
  *   - Trust.  Any process of the same user can write the segment.  Every field
  *     read from it is validated; a hostile writer can delay a key by at most
  *     the configured maximum delay and cannot crash or hang a reader.
+ *   - fork().  Loaders fork (multiprocessing's fork start method, pools,
+ *     xargs), so each object is defined across it:
+ *       Handles: a child may go on using a throttle_t it inherited (the
+ *       mapping is shared, not copied) and must throttle_close() its copy;
+ *       or open its own.  Configurations are plain memory, copied.
+ *       Tickets: an admission is one slot, whichever process holds the
+ *       ticket.  A child may throttle_leave() an inherited ticket; that
+ *       releases the slot, and the copy left in the parent is then stale
+ *       (its throttle_leave() frees nothing and returns THROTTLE_ESTALE).
+ *       Leave each admission once, in one process.  The slot is judged
+ *       alive by the process that entered: if that one exits while a child
+ *       still works under its ticket, the slot is reclaimed as dead.
+ *       Waits: fork() copies only the calling thread, so a wait in another
+ *       thread does not exist in the child; the parent's queue place stays
+ *       the parent's.  Jitter is reseeded in the child, so forked waiters
+ *       do not wake in step.
+ *       Python multiprocessing with the fork start method gives each worker
+ *       the parent's handle under these rules; with spawn or forkserver
+ *       each worker opens its own.
  *   - docs/FAILURE-MODEL.md lists every fault and what an operator does.
  */
 #ifndef THROTTLE_H
@@ -107,7 +133,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(ECANCELED, -19, "canceled")                                               \
   XX(ESYS, -20, "system call failed")                                          \
   XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
-  XX(EINTR, -22, "interrupted by the caller")
+  XX(EINTR, -22, "interrupted by the caller")                                 \
+  XX(ESTALE, -23, "the admission was already taken back")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -144,8 +171,15 @@ THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
 THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
                                                  uint32_t keys);
 
-/* Largest delay a publisher may set and a reader will honour.  Default
- * $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
+/* Largest delay this process honours: throttle_wait() and
+ * throttle_remaining() treat a longer not-before as this long (counted from
+ * the start of the wait).  throttle_enter() follows the gate all processes
+ * share, bounded by the segment's maximum; bound its wait with its timeout.
+ * It never changes what is stored for the others (a loosely configured
+ * process cannot shorten their waits).  When
+ * this process creates the segment, it is also the segment's maximum, the
+ * most any publisher may store (see throttle_set_segment_max_delay()).
+ * Default $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
  * Errors: THROTTLE_EINVAL (0 or more than 7 days). */
 THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
                                                   uint64_t ms);
@@ -251,7 +285,8 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 /* ---- Back-off -------------------------------------------------------- */
 
 /* Publish "key: not before now + delay_ms".  The not-before only ever moves
- * later: it becomes max(current, now + min(delay_ms, max delay)).  Wakes
+ * later: it becomes max(current, now + min(delay_ms, the segment's maximum
+ * delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
  * back-off or holders pending, so none can be evicted: the caller honours
@@ -355,8 +390,14 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
  * is published as a back-off (0 means the default of 5000 ms).
+ * Tickets are unique for the segment's lifetime: a ticket whose admission
+ * was already taken back (its lease lapsed, or the same admission was left
+ * before, e.g. by a forked copy) matches no slot, frees nothing and
+ * returns THROTTLE_ESTALE; a back-off it reports is still published (the
+ * server's answer holds whoever asked).
  * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
- * freed), THROTTLE_ELOCKTIMEOUT (the slot is then reclaimed by its lease). */
+ * freed), THROTTLE_ESTALE, THROTTLE_ELOCKTIMEOUT (the slot is then
+ * reclaimed by its lease). */
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);
@@ -390,6 +431,17 @@ THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
  * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
+
+/* The segment's maximum delay: the longest not-before any publisher may
+ * store, for every process.  Set by the creator (its max delay), changed
+ * here (e.g. by `throttlectl`).  Each process still honours at most its own
+ * maximum (throttle_config_set_max_delay()).
+ * Errors: THROTTLE_EINVAL (h NULL, ms 0 or more than 7 days),
+ * THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT. */
+THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,
+                                                   uint64_t ms);
+/* *ms = the segment's maximum delay.  Errors: THROTTLE_EINVAL. */
+THROTTLE_EXTERN int throttle_segment_max_delay(throttle_t *h, uint64_t *ms);
 
 /* ---- Inspection ------------------------------------------------------ */
 

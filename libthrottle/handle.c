@@ -77,7 +77,7 @@ THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
   return 0;
 }
 
-#define MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
+#define MAX_MAX_DELAY_MS THROTTLE__MAX_MAX_DELAY_MS
 
 THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
                                                   uint64_t ms) {

@@ -10,7 +10,9 @@
  * point releases the flock with its file descriptor and leaves a magic of 0,
  * which the next opener treats as "not yet built" — so a half-built segment
  * can neither block nor fool anyone.  A non-zero magic that is not ours is
- * never overwritten: it may be another program's live segment.
+ * never overwritten: it may be another program's live segment.  Nothing
+ * here ever removes the name (a failed creator leaves it unfinished for the
+ * next opener) or makes the object smaller (others may map all of it).
  */
 #include "internal.h"
 
@@ -77,6 +79,25 @@ static void layout_sizes(uint32_t capacity, uint32_t *nbuckets,
   *records_off = (*records_off + THROTTLE__CACHELINE - 1) &
                  ~(uint64_t)(THROTTLE__CACHELINE - 1);
   *total = *records_off + (uint64_t)capacity * sizeof(struct throttle__rec);
+}
+
+/* The smallest capacity whose segment is at least size bytes, or 0 when
+ * even the largest is smaller. */
+static uint32_t capacity_filling(uint64_t size) {
+  uint32_t lo = 1, hi = THROTTLE__MAX_CAPACITY, nb;
+  uint64_t roff, total;
+  layout_sizes(hi, &nb, &roff, &total);
+  if (total < size)
+    return 0;
+  while (lo < hi) { /* total grows with the capacity */
+    uint32_t mid = lo + (hi - lo) / 2;
+    layout_sizes(mid, &nb, &roff, &total);
+    if (total >= size)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
 }
 
 int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
@@ -173,6 +194,8 @@ static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
       (ssize_t)sizeof hdr->seed)
     hdr->seed = throttle__mono_ns() ^ ((uint64_t)getpid() << 40);
   hdr->created_ns = throttle__now_ns();
+  atomic_store_explicit(&hdr->max_delay_ns, h->max_delay_ns,
+                        memory_order_relaxed);
   hdr->creator_pid = (uint32_t)getpid();
 
   int rc = init_mutex(&hdr->mutex, pshared);
@@ -284,19 +307,25 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                             "remove it (throttlectl rm)",
                             h->name);
     }
-    /* Magic 0: a creator died before finishing (or a writer zeroed it
-     * under live users).  Rebuild it, never smaller: processes that still
-     * map it would fault (SIGBUS) past a new end.  When this opener's
-     * capacity would shrink it, keep the one its header describes. */
-    uint32_t c = hdr->capacity, cnb;
+    /* Magic 0: a creator died before finishing (or a writer zeroed the
+     * header under live users).  Rebuild it, never smaller: processes that
+     * still map it would fault (SIGBUS) past a new end.  The header's own
+     * capacity cannot be trusted for that (it may be zeroed too), so the
+     * size of the object decides: when this opener's capacity would shrink
+     * it, take the smallest capacity that fills it (growing it by less than
+     * one record at most). */
+    munmap(base, size);
+    uint32_t cnb;
     uint64_t croff, ctotal;
     layout_sizes(capacity, &cnb, &croff, &ctotal);
-    if (ctotal < size && c >= 1 && c <= THROTTLE__MAX_CAPACITY) {
-      layout_sizes(c, &cnb, &croff, &ctotal);
-      if (ctotal == size)
-        capacity = c;
+    if (ctotal < size) {
+      capacity = capacity_filling(size);
+      if (capacity == 0)
+        return throttle__fail(h, THROTTLE_ESIZE,
+                              "%s is %llu bytes, more than the largest "
+                              "segment; remove it (throttlectl rm)",
+                              h->name, (unsigned long long)size);
     }
-    munmap(base, size);
   }
   if (size == 0 && (h->flags & THROTTLE_NO_CREATE))
     return throttle__fail(h, THROTTLE_ESHM,
@@ -345,9 +374,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
       created = 1;
       /* shm_open applied the umask; set the mode we mean. */
       if (THROTTLE__SYS(FCHMOD, -1, fchmod(fd, mode)) != 0) {
-        int e = errno;
+        int e = errno; /* left in place: see the end of this function */
         close(fd);
-        shm_unlink(h->name);
         return sys_fail(h, "fchmod", e);
       }
     } else if (errno != EEXIST) {
@@ -383,8 +411,13 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
     rc = attach_locked(h, fd, h->capacity, created);
     flock(fd, LOCK_UN);
   }
-  if (rc != 0 && created)
-    shm_unlink(h->name);
+  /* A creator that fails leaves the name in place, unfinished (size 0 or
+   * magic 0), for the next opener to build.  Removing it was a split
+   * brain: between our O_EXCL and our failure (an init timeout above all)
+   * another opener may have built the object and be using it, and later
+   * openers would have created a second, empty one beside it.  Nothing
+   * proves the name is still our own unfinished object without a lock
+   * that others also hold across shm_open(), and there is none. */
   close(fd);
   if (rc == 0)
     h->shared = 1;

@@ -339,6 +339,18 @@ void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
   assert_int_equal(th_field(h, key, f), want);
 }
 
+void *th_rec(throttle_t *h, const char *key) {
+  size_t len = strlen(key);
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state == THROTTLE__REC_USED && r->key_len == len &&
+        memcmp(r->key, key, len) == 0)
+      return r;
+  }
+  fail_msg("no record for %s", key);
+  return NULL;
+}
+
 uint64_t th_remaining(throttle_t *h, const char *key) {
   uint64_t ms = UINT64_MAX;
   int rc = throttle_remaining(h, key, &ms);

@@ -122,6 +122,11 @@ int64_t th_field(throttle_t *h, const char *key, throttle_field_t f);
 void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
                    int64_t want, int timeout_ms);
 
+/* The record (struct throttle__rec *) of key in h's segment, found by a
+ * scan without the mutex, for tests that forge its fields; fails the test
+ * when there is none. */
+void *th_rec(throttle_t *h, const char *key);
+
 /* throttle_remaining() of key in ms; fails the test on an error. */
 uint64_t th_remaining(throttle_t *h, const char *key);
 
