@@ -25,7 +25,8 @@ _http (the retry loop, request), requests (an adapter for requests).
 from ._errors import Error, GaveUp, PermanentError, RequestError
 from ._answers import Outcome, classify, parse_retry_after
 from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
-from ._throttle import Admission, FallbackWarning, Throttle
+from ._throttle import (Admission, FallbackWarning, StaleAdmissionWarning,
+                        Throttle)
 from ._http import TransportError, default_throttle, request, run
 
 # One module attribute per C error code: libthrottle.EFULL, ...
@@ -54,7 +55,8 @@ def unlink(segment=None):
 
 
 __all__ = ["Throttle", "Admission", "Outcome", "Error", "PermanentError",
-           "GaveUp", "RequestError", "FallbackWarning", "TransportError",
+           "GaveUp", "RequestError", "FallbackWarning", "StaleAdmissionWarning",
+           "TransportError",
            "classify", "parse_retry_after", "request", "run",
            "default_throttle", "unlink", "version", "ERRORS",
            "HAVE_INTERRUPT"] + [cls.__name__ for cls in ERRORS.values()]

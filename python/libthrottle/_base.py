@@ -47,6 +47,7 @@ _OK = 0
 _ETIMEDOUT = _BY_NAME["ETIMEDOUT"].code
 _EWOULDBLOCK = _BY_NAME["EWOULDBLOCK"].code
 _EINTR = _BY_NAME["EINTR"].code if "EINTR" in _BY_NAME else None
+_ESTALE = _BY_NAME["ESTALE"].code if "ESTALE" in _BY_NAME else None
 
 
 def error(code, message=None):

@@ -84,6 +84,8 @@ int throttle_set_backfill_share(throttle_t *h, const char *key,
 int throttle_pause(throttle_t *h, const char *key);
 int throttle_resume(throttle_t *h, const char *key);
 int throttle_cancel(throttle_t *h, const char *key);
+int throttle_set_segment_max_delay(throttle_t *h, uint64_t ms);
+int throttle_segment_max_delay(throttle_t *h, uint64_t *ms);
 const char *throttle_field_name(throttle_field_t f);
 const char *throttle_info_key(const throttle_info_t *info);
 int64_t throttle_info_get(const throttle_info_t *info, throttle_field_t f);

@@ -45,8 +45,9 @@ from . import _capi
 from ._answers import Outcome, outcome_of, parse_retry_after
 from ._base import (_GROUP_SHARED, _NO_CREATE, _NO_FALLBACK, FOREVER,
                     HAVE_INTERRUPT, INTERRUPT_PERIOD_MS, OUTCOMES, SLICE_MS,
-                    UINT32_MAX, _EINTR, _ETIMEDOUT, _EWOULDBLOCK, _core,
-                    _invalid, _key, _klass, _ms, _number, _text, _uint, error)
+                    UINT32_MAX, _EINTR, _ESTALE, _ETIMEDOUT, _EWOULDBLOCK,
+                    _core, _invalid, _key, _klass, _ms, _number, _text, _uint,
+                    error)
 from ._errors import Error
 
 
@@ -59,8 +60,13 @@ def _after_fork_in_child():
     for t in list(_live):
         t._lock = threading.Lock()
         t._busy = 0
-        t._main = None  # the parent's main handle: re-opened on first use
         t._pid = os.getpid()
+        if t._main is not None:
+            # the main-thread handle's generator may have been running in
+            # another thread of the parent: close this copy (it unmaps the
+            # child's mapping only) and open a new one on first use
+            _core.throttle_close(t._main.ptr)
+            t._main = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -497,6 +503,20 @@ class Throttle:
         """End every current waiter of key with ECANCELED."""
         self._call(_core.throttle_cancel, _key(key))
 
+    @property
+    def segment_max_delay(self):
+        """The segment's maximum delay in seconds: the longest back-off any
+        process may publish (this process honours at most its own
+        max_delay)."""
+        ms = ctypes.c_uint64()
+        self._call(_core.throttle_segment_max_delay, ctypes.byref(ms))
+        return ms.value / 1000.0
+
+    def set_segment_max_delay(self, seconds):
+        """Change the segment's maximum delay, for every process."""
+        self._call(_core.throttle_set_segment_max_delay,
+                   _ms(seconds, "seconds"))
+
     # -- inspection
 
     def info(self, key):
@@ -547,6 +567,11 @@ class Throttle:
 class FallbackWarning(RuntimeWarning):
     """The segment could not be used: back-off holds within this process
     only.  The message names the cause and the fix."""
+
+
+class StaleAdmissionWarning(RuntimeWarning):
+    """An admission was reported after the library had taken it back from
+    a holder that looked hung (its lease lapsed)."""
 
 
 def _reopen(settings):
@@ -652,7 +677,14 @@ class Admission:
         try:
             rc = _core.throttle_leave(self._handle.ptr, ticket,
                                       OUTCOMES[kind], ms)
-            if rc != 0:
+            if rc == _ESTALE:
+                # taken back already (the lease lapsed): the answer still
+                # counts (a back-off was published), nothing to give back
+                warnings.warn(StaleAdmissionWarning(
+                    "%s: the admission was taken back before it was "
+                    "reported (set the lease above the longest request)"
+                    % self.key), stacklevel=3)
+            elif rc != 0:
                 raise error(rc, _text(_core.throttle_errmsg(
                     self._handle.ptr)))
         finally:

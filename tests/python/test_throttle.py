@@ -584,3 +584,29 @@ def test_admit_exception_just_after_the_grant_gives_the_slot_back(
     info = t.info(KEY)
     assert info["in_flight"] == 0 and info["admitted"] == 1
     t.admit(KEY, timeout=0).leave()
+
+
+def test_segment_max_delay(t):
+    t.set_segment_max_delay(30)
+    assert t.segment_max_delay == 30.0
+    t.backoff(KEY, 600)
+    assert t.remaining(KEY) <= 30
+    with pytest.raises(libthrottle.EINVAL):
+        t.set_segment_max_delay(0)
+    with pytest.raises(TypeError):
+        t.set_segment_max_delay("30")
+
+
+def test_admission_taken_back_by_its_lease_reports_with_a_warning(segment):
+    with libthrottle.Throttle(segment=segment, lease=0.1) as t:
+        t.set_max_parallel(KEY, 1)
+        hung = t.admit(KEY)
+        time.sleep(0.2)
+        # the next caller takes the slot back from the "hung" holder
+        with t.admit(KEY, timeout=10) as adm:
+            assert t.info(KEY)["reclaims"] == 1
+            with pytest.warns(libthrottle.StaleAdmissionWarning):
+                out = hung.report(409, {"Retry-After": "2"}, LOCKED)
+            assert out.kind == "locked"
+            adm.leave()
+        assert t.remaining(KEY) > 1  # its answer was still published
