@@ -39,7 +39,7 @@ import urllib.request
 
 from ._errors import Error, GaveUp, PermanentError
 from ._answers import Outcome, outcome_of
-from ._base import ERRORS, SLICE_MS, _BY_NAME, _klass, _number
+from ._base import SLICE_MS, _BY_NAME, _klass, _number
 from ._throttle import Throttle
 
 LOCAL_BASE_S = 0.2
@@ -254,5 +254,4 @@ def request(key, url, method="POST", data=None, headers=None, retries=10,
     return status, hdr, body
 
 
-__all__ = ["request", "run", "sleep", "default_throttle", "TransportError",
-           "ERRORS"]
+__all__ = ["request", "run", "sleep", "default_throttle", "TransportError"]

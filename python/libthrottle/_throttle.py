@@ -270,6 +270,12 @@ class Throttle:
     def closed(self):
         return self._closed
 
+    def __repr__(self):
+        if self._closed:
+            return "<libthrottle.Throttle (closed)>"
+        return "<libthrottle.Throttle %s%s>" % (
+            self.segment, "" if self.shared else " (private memory)")
+
     # -- calls
 
     def _use(self, blocking=False):

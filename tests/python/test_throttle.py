@@ -610,3 +610,10 @@ def test_admission_taken_back_by_its_lease_reports_with_a_warning(segment):
             assert out.kind == "locked"
             adm.leave()
         assert t.remaining(KEY) > 1  # its answer was still published
+
+
+def test_throttle_repr(segment):
+    t = libthrottle.Throttle(segment=segment)
+    assert repr(t) == "<libthrottle.Throttle %s>" % segment
+    t.close()
+    assert repr(t) == "<libthrottle.Throttle (closed)>"
