@@ -206,17 +206,31 @@ install: all
 PYTHONS ?= python3 /usr/bin/python3
 PY_PKG  := $(wildcard python/libthrottle/*.py)
 
-.PHONY: install-python
+.PHONY: install-python uninstall-python
 install: install-python
 install-python: all
 	@for py in $(PYTHONS); do \
 	  command -v $$py >/dev/null 2>&1 || continue; \
-	  dir=$$($$py python/sitedir.py "$(PREFIX)") || exit 1; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
 	  echo "install python package for $$py: $(DESTDIR)$$dir/libthrottle"; \
 	  install -d "$(DESTDIR)$$dir/libthrottle" || exit 1; \
 	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
 	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
 	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
+	done
+
+# The same directories; only the package's own files (and the bytecode
+# an import left) are removed.
+uninstall: uninstall-python
+uninstall-python:
+	@for py in $(PYTHONS); do \
+	  command -v $$py >/dev/null 2>&1 || continue; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
+	  d="$(DESTDIR)$$dir/libthrottle"; \
+	  [ -d "$$d" ] || continue; \
+	  echo "uninstall python package for $$py: $$d"; \
+	  for f in $(notdir $(PY_PKG)) _installed.py; do rm -f "$$d/$$f"; done; \
+	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
 	done
 
 clean:

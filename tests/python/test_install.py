@@ -1,6 +1,7 @@
 """test_install.py — `make install` installs the package so that the
 interpreter imports it from any directory with no environment, and the
-package finds the installed libraries by itself.  Installed into a
+package finds the installed libraries by itself; uninstall-python removes
+it.  Installed into a
 virtual environment (PREFIX=the venv): the system is left alone."""
 
 import os
@@ -38,3 +39,14 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
     assert core == os.path.join(venv, "lib", "libthrottle.so.1")
     assert curl == os.path.join(venv, "lib", "libthrottle-curl.so.1")
     assert kind == "locked"
+    # and uninstall-python (part of `make uninstall`) takes it away again
+    pkg = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2],
+                       "site-packages", "libthrottle")
+    assert os.path.isdir(pkg)
+    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
+                          "B=" + BUILD, "uninstall-python", "PREFIX=" + venv,
+                          "PYTHONS=" + py],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout
+    assert not os.path.exists(pkg)
