@@ -13,6 +13,16 @@ import pytest
 from conftest import BUILD, TOP
 
 
+def make(target, prefix, py):
+    """make TARGET for one interpreter, into PREFIX; its output on failure."""
+    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
+                          "B=" + BUILD, target, "PREFIX=" + prefix,
+                          "PYTHONS=" + py],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout
+
+
 def test_install_import_from_anywhere_without_environment(tmp_path):
     venv = str(tmp_path / "venv")
     made = subprocess.run([sys.executable, "-m", "venv", "--without-pip",
@@ -21,12 +31,7 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
     if made.returncode != 0:
         pytest.skip("no venv module: %s" % made.stdout.strip())
     py = os.path.join(venv, "bin", "python3")
-    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
-                          "B=" + BUILD, "install", "PREFIX=" + venv,
-                          "PYTHONS=" + py],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stdout
+    make("install", venv, py)
     code = ("import libthrottle, libthrottle._base as t; "
             "print(t._core._name); print(t._curl._name); "
             "print(libthrottle.classify(409, b'{\"error\": {\"code\": "
@@ -43,10 +48,5 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
     pkg = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2],
                        "site-packages", "libthrottle")
     assert os.path.isdir(pkg)
-    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
-                          "B=" + BUILD, "uninstall-python", "PREFIX=" + venv,
-                          "PYTHONS=" + py],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stdout
+    make("uninstall-python", venv, py)
     assert not os.path.exists(pkg)
