@@ -18,14 +18,9 @@ check() { # name expected actual
     echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
 }
 
+. "$here/mock_lib.sh"
 start() { # mock options...
-  rm -f "$tmp/port"
-  python3 "$here/mock_server.py" --port 0 --port-file "$tmp/port" "$@" &
-  srv=$!
-  i=0
-  while [ ! -s "$tmp/port" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-  [ -s "$tmp/port" ] || { echo "FAIL the server did not start"; exit 1; }
-  U="http://127.0.0.1:$(cat "$tmp/port")"
+  mock_start "$here" "$tmp" "$@" || { echo "FAIL the server did not start"; exit 1; }
 }
 post() { curl -s -o "$tmp/body" -D "$tmp/head" -w '%{http_code}' -X POST "$U$1" ${2:+-d "$2"}; }
 header() { tr -d '\r' <"$tmp/head" | sed -n "s/^$1: //Ip"; }
@@ -87,7 +82,7 @@ i=0
 while [ "$(post /v1/tables/h/load x)" = 409 ] && [ $i -lt 500 ]; do
   sleep 0.02; i=$((i + 1))
 done
-check "hold over" 200 "$(cat "$tmp/head" | sed -n '1s/^HTTP[^ ]* \([0-9]*\).*/\1/p')"
+check "hold over" 200 "$(sed -n '1s/^HTTP[^ ]* \([0-9]*\).*/\1/p' "$tmp/head")"
 
 check "reset" 200 "$(post /admin/reset '{}')"
 check "reset: counters" "0 0 0" "$(stat 'f"{loads_ok} {refused} {early}"')"
