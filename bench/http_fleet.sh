@@ -112,8 +112,8 @@ EOF
 
 # One fleet: N processes, J jobs, of client CLIENT (auto | capN
 # (--max-parallel N) | alone | ideal: one curl, N transfers at once) on
-# table TABLE.  Writes "$tmp/NAME.time"
-# (makespan in s) and "$tmp/NAME.stats" (/stats after the run).
+# table TABLE.  Writes "$tmp/NAME.time" (start and end times and the
+# parameters) and "$tmp/NAME.stats" (/stats after the run).
 fleet() { # name client procs jobs table [hold_ms]
   name=$1 client=$2 procs=$3 jobs=$4 table=$5 hold=${6:-0}
   seg="/thr-hfleet-$$-$table" # one segment per table: warm runs reuse it
@@ -127,11 +127,11 @@ fleet() { # name client procs jobs table [hold_ms]
     auto) cmd="$CTL --segment $seg http $key --max-parallel auto" ;;
     cap*) cmd="$CTL --segment $seg http $key --max-parallel ${client#cap}" ;;
     alone) cmd="sh $tmp/alone.sh" ;;
-    ideal*) ;;
+    ideal) ;;
     *) echo "http_fleet: unknown client $client" >&2; exit 1 ;;
   esac
   case $client in
-    alone|ideal*) ;;
+    alone|ideal) ;;
     *) cmd="$cmd -X POST -d x -o /dev/null --retries 1000 --timeout 600" ;;
   esac
   admin reset '{}'
