@@ -38,8 +38,8 @@ API
                              requests fail with that status (429 OVERLOADED,
                              503 SERVICE_UNAVAILABLE, ...).  retry_after
                              defaults to --retry-after; null sends none.
-  POST /admin/hold           {"table": t, "ms": N}: lock t for N ms from now
-                             (answers at once).
+  POST /admin/hold           {"table": t, "ms": N} (optional "workspace"):
+                             lock t for N ms from now (answers at once).
   POST /admin/concurrency    {"n": N}: tables without their own admit N loads
                              at once; {"table": t, "n": N} (optional
                              "workspace": ws): t admits N.  N >= 1.  Loads in
