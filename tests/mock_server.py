@@ -8,7 +8,8 @@ come back ("early", contract I1).
 
     python3 tests/mock_server.py --port 0 --port-file PATH
         [--host 127.0.0.1] [--service-ms 20] [--retry-after 1]
-        [--date-retry-after] [--early-tolerance-ms 5] [--verbose]
+        [--date-retry-after] [--early-tolerance-ms 5] [--early-race-ms 50]
+        [--verbose]
         [--concurrency N] [--table-concurrency [WS/]TABLE=N]...
         [--overload-s S]
 
@@ -63,20 +64,26 @@ Counters in /stats
   early           requests for a table that arrived before the latest
                   not-before the server had advertised for it or for its
                   workspace (to anyone), less --early-tolerance-ms
+  early_race      of those, the ones that arrived less than --early-race-ms
+                  after the answer that set that time: most likely sent
+                  before the client told could have shared the time with
+                  the others (a client's race, not a wrong wait)
   conflicts       409 CONFLICT answers
   rate_limited    429 answers (injected and overload windows)
   unavailable     503 answers
   failed          other injected failures (500, 502, 504, 408)
   max_concurrent  most /v1 requests in progress at once
   tables          per table ("t" in workspace default, "ws/t" in
-                  another): loads_ok, refused, early (before the table's own
-                  not-before: refusals and injected failures), max_concurrent
+                  another): loads_ok, refused, early and early_race (before
+                  the table's own not-before: refusals and injected
+                  failures), max_concurrent
                   (/v1 requests in progress), in_service (loads in service
                   now), max_in_service (most loads in service at once),
                   concurrency (loads it admits at once)
   workspaces      per workspace: requests, loads_ok, rate_limited (its
-                  overload answers), early (before the workspace's
-                  not-before, set by its overload answers), in_service,
+                  overload answers), early and early_race (before the
+                  workspace's not-before, set by its overload answers),
+                  in_service,
                   max_in_service (most loads in service at once over all
                   its tables)
 """
@@ -111,10 +118,26 @@ class Scope:
 
     def __init__(self):
         self.not_before = 0.0  # monotonic; latest advertised come-back time
+        self.advertised_at = 0.0  # when not_before was last moved later
         self.in_service = 0
         self.max_in_service = 0
         self.loads_ok = 0
         self.early = 0
+        self.early_race = 0
+
+    def advertise(self, nb, now):
+        if nb > self.not_before:
+            self.not_before, self.advertised_at = nb, now
+
+    def is_early(self, now, tol, race):
+        """Count a request arriving at now if it is early; returns (early,
+        within race of the answer that set the time)."""
+        if now >= self.not_before - tol:
+            return False, False
+        self.early += 1
+        raced = now - self.advertised_at < race
+        self.early_race += raced
+        return True, raced
 
     def start_load(self):
         self.in_service += 1
@@ -174,7 +197,8 @@ class State:
         self.fail_count = 0
         self.fail_retry_after = self.args.retry_after
         self.in_flight = 0
-        self.c = dict(requests=0, loads_ok=0, refused=0, early=0, conflicts=0,
+        self.c = dict(requests=0, loads_ok=0, refused=0, early=0,
+                      early_race=0, conflicts=0,
                       rate_limited=0, unavailable=0, failed=0,
                       max_concurrent=0)
 
@@ -216,14 +240,14 @@ class State:
         out["tables"] = {
             (n if ws == DEFAULT_WS else "%s/%s" % (ws, n)): dict(
                 loads_ok=t.loads_ok, refused=t.refused, early=t.early,
-                max_concurrent=t.max_concurrent, in_service=t.in_service,
+                early_race=t.early_race, max_concurrent=t.max_concurrent, in_service=t.in_service,
                 max_in_service=t.max_in_service,
                 concurrency=self.concurrency(t))
             for (ws, n), t in sorted(self.tables.items())}
         out["workspaces"] = {
             n: dict(requests=w.requests, loads_ok=w.loads_ok,
                     rate_limited=w.rate_limited, early=w.early,
-                    in_service=w.in_service, max_in_service=w.max_in_service)
+                    early_race=w.early_race, in_service=w.in_service, max_in_service=w.max_in_service)
             for n, w in sorted(self.workspaces.items())}
         return out
 
@@ -336,11 +360,14 @@ class Handler(BaseHTTPRequestHandler):
                 t.max_concurrent = max(t.max_concurrent, t.in_flight)
                 now = time.monotonic()
                 tol = st.args.early_tolerance_ms / 1000.0
-                t_early = now < t.not_before - tol
-                w_early = now < w.not_before - tol
-                t.early += t_early
-                w.early += w_early
-                st.c["early"] += t_early or w_early
+                race = st.args.early_race_ms / 1000.0
+                t_early, t_race = t.is_early(now, tol, race)
+                w_early, w_race = w.is_early(now, tol, race)
+                if t_early or w_early:
+                    st.c["early"] += 1
+                    # a race only if every time it came early for was new
+                    st.c["early_race"] += (t_race or not t_early) and \
+                        (w_race or not w_early)
         try:
             if t is None:
                 fn()
@@ -383,7 +410,7 @@ class Handler(BaseHTTPRequestHandler):
                 headers = []
                 if ra is not None:
                     value, nb = retry_after_value(args, ra)
-                    t.not_before = max(t.not_before, nb)
+                    t.advertise(nb, now)
                     headers.append(("Retry-After", value))
                 fail = (status, headers)
             elif ra is not None:
@@ -392,14 +419,14 @@ class Handler(BaseHTTPRequestHandler):
                 st.c["rate_limited"] += 1
                 w.rate_limited += 1
                 value, nb = retry_after_value(args, ra)
-                w.not_before = max(w.not_before, nb)
+                w.advertise(nb, now)
                 fail = (429, [("Retry-After", value)])
             elif t.in_service >= st.concurrency(t) or t.held_until > now:
                 fail = None
                 st.c["refused"] += 1
                 t.refused += 1
                 value, nb = retry_after_value(args, args.retry_after)
-                t.not_before = max(t.not_before, nb)
+                t.advertise(nb, now)
                 locked_headers = [("Retry-After", value)]
             else:
                 fail = False
@@ -522,6 +549,9 @@ def main():
     ap.add_argument("--date-retry-after", action="store_true",
                     help="send Retry-After as an HTTP-date")
     ap.add_argument("--early-tolerance-ms", type=float, default=5.0)
+    ap.add_argument("--early-race-ms", type=float, default=50.0,
+                    help="early requests this soon after the answer that "
+                         "set the time are also counted as early_race")
     ap.add_argument("--concurrency", type=int, default=1,
                     help="loads each table admits at once (default 1)")
     ap.add_argument("--table-concurrency", type=table_concurrency,

@@ -5,7 +5,8 @@
 # reset, and a clean exit on /admin/shutdown and on SIGTERM; tables that
 # admit N writes at once (set at start and by /admin/concurrency), with
 # their own and their workspace's most-at-once counters; workspace-wide
-# overload windows (429 OVERLOADED) and the workspace's "early" counter.
+# overload windows (429 OVERLOADED) and the workspace's "early" counter;
+# early requests within the race window counted apart.
 # Needs python3 and the curl command.  Exit 0 when every check passes.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,11 +98,12 @@ srv=""
 # ---- tables that admit N loads at once -----------------------------------
 # Loads are in service for 3 s, so the ones started in the background are
 # all in service together however slowly curl starts; Retry-After 10 s, so
-# a load right after a refusal is early.
+# a load right after a refusal is early; every early request counts as a
+# race too (--early-race-ms 60000).
 bg=""
 bgload() { curl -s -o /dev/null -X POST "$U$1" -d x & bg="$bg $!"; }
 bgwait() { for p in $bg; do wait "$p"; done; bg=""; }
-start --service-ms 3000 --retry-after 10 --concurrency 3 \
+start --service-ms 3000 --retry-after 10 --concurrency 3 --early-race-ms 60000 \
   --table-concurrency solo=1 --table-concurrency ws2/pair=2
 bgload /v1/tables/wide/load; bgload /v1/tables/wide/load
 bgload /v1/tables/wide/load; bgload /v1/tables/solo/load
@@ -132,6 +134,8 @@ bgload /v1/tables/wide/load
 until_true 'tables["wide"]["early"] == 1'
 check "early for the table that was told" "1 0 1" \
   "$(stat '"%d %d %d" % (early, tables["solo"]["early"], tables["wide"]["in_service"])')"
+check "early within the race window" "1 1 0" \
+  "$(stat '"%d %d %d" % (early_race, tables["wide"]["early_race"], workspaces["default"]["early_race"])')"
 bgwait
 
 check "concurrency: bad n" 400 "$(post /admin/concurrency '{"n":0}')"
@@ -155,7 +159,8 @@ wait "$srv"
 srv=""
 
 # ---- workspace-wide overload windows --------------------------------------
-start --service-ms 50 --retry-after 3 --overload-s 60
+# --early-race-ms 0: no early request is a race.
+start --service-ms 50 --retry-after 3 --overload-s 60 --early-race-ms 0
 check "overload window: 429" 429 "$(post /v1/tables/t/load x)"
 check "overload window: OVERLOADED" OVERLOADED "$(code)"
 check "overload window: Retry-After" 3 "$(header Retry-After)"
@@ -166,6 +171,8 @@ check "overload window: again, early" 429 "$(post /v1/tables/v/load x)"
 # not the (other) table's.
 check "overload: counters" "3 1 1 0 0" \
   "$(stat '"%d %d %d %d %d" % (rate_limited, early, workspaces["default"]["early"], tables["v"]["early"], refused)')"
+check "overload: no race" "0 0" \
+  "$(stat '"%d %d" % (early_race, workspaces["default"]["early_race"])')"
 check "reset ends the window" 200 "$(post /admin/reset '{}')"
 check "after the window" 200 "$(post /v1/tables/t/load x)"
 check "overload: bad seconds" 400 "$(post /admin/overload '{"seconds":"x"}')"
