@@ -257,7 +257,7 @@ $(B)/man:
 	mkdir -p $@
 
 $(B)/man/%: docs/man/%.scd | $(B)/man
-	scdoc < $< > $@.tmp && mv $@.tmp $@
+	scdoc < $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp; exit 1; }
 
 clean:
 	rm -rf build
