@@ -458,7 +458,8 @@ static void test_backoff_error_names_distinct(void **state) {
   }
   assert_int_equal(THROTTLE_OK, 0);
   assert_int_equal(THROTTLE_ESYMLINK, -21); /* never renumbered */
-  const int unknown[] = {1, -22, -1000, 12345};
+  assert_int_equal(THROTTLE_EREADONLY, -22);
+  const int unknown[] = {1, -23, -1000, 12345};
   for (size_t i = 0; i < 4; i++) {
     assert_string_equal(throttle_strerror(unknown[i]), "unknown error");
     assert_string_equal(throttle_err_name(unknown[i]), "THROTTLE_UNKNOWN");
@@ -500,11 +501,12 @@ static void test_backoff_config_setters_reject_bad_values(void **state) {
   assert_int_equal(throttle_config_set_lock_timeout(c, 1), 0);
   assert_int_equal(throttle_config_set_lock_timeout(NULL, 1), THROTTLE_EINVAL);
 
-  assert_int_equal(throttle_config_set_flags(c, 1u << 3), THROTTLE_EINVAL);
+  assert_int_equal(throttle_config_set_flags(c, 1u << 4), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, ~0u), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, THROTTLE_GROUP_SHARED |
                                                     THROTTLE_NO_FALLBACK |
-                                                    THROTTLE_NO_CREATE),
+                                                    THROTTLE_NO_CREATE |
+                                                    THROTTLE_READONLY),
                    0);
   assert_int_equal(throttle_config_set_flags(c, 0), 0);
   assert_int_equal(throttle_config_set_flags(NULL, 0), THROTTLE_EINVAL);
