@@ -38,9 +38,9 @@ static throttle_t *open_ro(struct th_fx *fx, int *rc) {
   throttle_config_t *c = throttle_config_new();
   assert_non_null(c);
   assert_int_equal(throttle_config_set_segment(c, fx->name), 0);
-  assert_int_equal(throttle_config_set_flags(c, THROTTLE_READONLY |
-                                                    THROTTLE_NO_FALLBACK),
-                   0);
+  assert_int_equal(
+      throttle_config_set_flags(c, THROTTLE_READONLY | THROTTLE_NO_FALLBACK),
+      0);
   throttle_t *h = NULL;
   *rc = throttle_open(c, &h);
   throttle_config_free(c);

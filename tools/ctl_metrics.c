@@ -81,51 +81,50 @@ enum mtype { GAUGE, COUNTER };
 
 struct family {
   const char *name;
-  enum mtype type;
   const char *help;
-  int field;        /* THROTTLE_FIELD_*, or -1 for the special ones */
-  double scale;     /* value = field * scale */
+  double scale; /* value = field * scale */
+  enum mtype type;
+  int field; /* THROTTLE_FIELD_*, or -1 for the special ones */
 };
 
 /* Per key.  Waiting callers are one family with a class label. */
 static const struct family key_families[] = {
-    {"throttle_key_seconds_left", GAUGE,
-     "Seconds until the key opens (0: open).", THROTTLE_FIELD_REMAINING_MS,
-     0.001},
-    {"throttle_key_in_flight", GAUGE, "Admissions held now.",
-     THROTTLE_FIELD_IN_FLIGHT, 1},
-    {"throttle_key_cap", GAUGE, "Concurrent admissions allowed now.",
-     THROTTLE_FIELD_CAP, 1},
-    {"throttle_key_cap_learned", GAUGE,
-     "1 when the cap is learned from lock answers, 0 when fixed.",
-     THROTTLE_FIELD_CAP_AUTO, 1},
-    {"throttle_key_waiting", GAUGE, "Callers waiting, by class.", -1, 1},
-    {"throttle_key_paused", GAUGE, "1 while new admissions are held.",
-     THROTTLE_FIELD_PAUSED, 1},
-    {"throttle_key_lock_episode", GAUGE,
-     "1 from a back-off until a probe succeeds.", THROTTLE_FIELD_LOCK_EPISODE,
-     1},
-    {"throttle_key_admissions_total", COUNTER, "Admissions granted.",
-     THROTTLE_FIELD_ADMITTED, 1},
-    {"throttle_key_refused_total", COUNTER,
-     "Requests the server refused as locked (LOCKED outcomes).",
-     THROTTLE_FIELD_LOCKED, 1},
-    {"throttle_key_permanent_total", COUNTER,
-     "Permanent failures reported (e.g. CONFLICT).", THROTTLE_FIELD_PERMANENT,
-     1},
-    {"throttle_key_reclaimed_total", COUNTER,
-     "Slots reclaimed from dead or hung holders.", THROTTLE_FIELD_RECLAIMS, 1},
-    {"throttle_key_probes_total", COUNTER, "Probes of lock episodes admitted.",
-     THROTTLE_FIELD_PROBES, 1},
-    {"throttle_key_canceled_total", COUNTER, "Waiters ended by cancel.",
-     THROTTLE_FIELD_CANCELED, 1},
-    {"throttle_key_backoffs_total", COUNTER, "Back-offs published.",
-     THROTTLE_FIELD_PUBLISHES, 1},
-    {"throttle_key_waits_total", COUNTER,
-     "Calls that had to sleep before the key opened.", THROTTLE_FIELD_WAITS,
-     1},
-    {"throttle_key_waited_seconds_total", COUNTER,
-     "Time slept by those calls.", THROTTLE_FIELD_WAITED_MS, 0.001},
+    {"throttle_key_seconds_left", "Seconds until the key opens (0: open).",
+     0.001, GAUGE, THROTTLE_FIELD_REMAINING_MS},
+    {"throttle_key_in_flight", "Admissions held now.", 1, GAUGE,
+     THROTTLE_FIELD_IN_FLIGHT},
+    {"throttle_key_cap", "Concurrent admissions allowed now.", 1, GAUGE,
+     THROTTLE_FIELD_CAP},
+    {"throttle_key_cap_learned",
+     "1 when the cap is learned from lock answers, 0 when fixed.", 1, GAUGE,
+     THROTTLE_FIELD_CAP_AUTO},
+    {"throttle_key_waiting", "Callers waiting, by class.", 1, GAUGE, -1},
+    {"throttle_key_paused", "1 while new admissions are held.", 1, GAUGE,
+     THROTTLE_FIELD_PAUSED},
+    {"throttle_key_lock_episode", "1 from a back-off until a probe succeeds.",
+     1, GAUGE, THROTTLE_FIELD_LOCK_EPISODE},
+    {"throttle_key_admissions_total", "Admissions granted.", 1, COUNTER,
+     THROTTLE_FIELD_ADMITTED},
+    {"throttle_key_refused_total",
+     "Requests the server refused as locked (LOCKED outcomes).", 1, COUNTER,
+     THROTTLE_FIELD_LOCKED},
+    {"throttle_key_permanent_total",
+     "Permanent failures reported (e.g. CONFLICT).", 1, COUNTER,
+     THROTTLE_FIELD_PERMANENT},
+    {"throttle_key_reclaimed_total",
+     "Slots reclaimed from dead or hung holders.", 1, COUNTER,
+     THROTTLE_FIELD_RECLAIMS},
+    {"throttle_key_probes_total", "Probes of lock episodes admitted.", 1,
+     COUNTER, THROTTLE_FIELD_PROBES},
+    {"throttle_key_canceled_total", "Waiters ended by cancel.", 1, COUNTER,
+     THROTTLE_FIELD_CANCELED},
+    {"throttle_key_backoffs_total", "Back-offs published.", 1, COUNTER,
+     THROTTLE_FIELD_PUBLISHES},
+    {"throttle_key_waits_total",
+     "Calls that had to sleep before the key opened.", 1, COUNTER,
+     THROTTLE_FIELD_WAITS},
+    {"throttle_key_waited_seconds_total", "Time slept by those calls.", 0.001,
+     COUNTER, THROTTLE_FIELD_WAITED_MS},
 };
 #define NKEYFAM (sizeof key_families / sizeof key_families[0])
 
@@ -142,8 +141,7 @@ static void value(FILE *f, int64_t v, double scale) {
     fprintf(f, " %.3f\n", (double)v * scale);
 }
 
-static void write_metrics(FILE *f, const char *seg,
-                          const struct ctl_keys *k) {
+static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
   head(f, "throttle_segment_keys", GAUGE, "Keys in the segment's table.");
   fputs("throttle_segment_keys{segment=\"", f);
   label_value(f, seg);

@@ -81,7 +81,7 @@ struct seg {
   uid_t uid;
   unsigned mode;
   long long size;
-  int rc;          /* of the read-only open */
+  int rc; /* of the read-only open */
   uint32_t cap, used;
   int64_t idle_ms; /* least idle key; -1 when no key */
 };
@@ -112,8 +112,7 @@ static int probe(const char *file, struct seg *s) {
     /* EMAGIC and ESIZE say "not ours" for most objects; one that is
      * ours by name but unreadable or damaged is still worth a line. */
     return strncmp(file, "libthrottle-", 12) == 0 ||
-                   s->rc == THROTTLE_EVERSION ||
-                   s->rc == THROTTLE_EFINGERPRINT
+                   s->rc == THROTTLE_EVERSION || s->rc == THROTTLE_EFINGERPRINT
                ? 0
                : -1;
   if ((s->rc = throttle_stats(h, &s->cap, &s->used, NULL, NULL)) == 0)
@@ -166,8 +165,8 @@ static int segments_text(const struct seg *v, size_t n) {
   int rc = ctl_table_add(&t, head);
   for (size_t i = 0; i < n && rc == 0; i++) {
     const struct seg *s = &v[i];
-    char name[KEY_TEXT_MAX], owner[64], mode[8], size[32], keys[32],
-        change[96], ago[32];
+    char name[KEY_TEXT_MAX], owner[64], mode[8], size[32], keys[32], change[96],
+        ago[32];
     char *row[S_NCOLS] = {name, owner, mode, size, keys, change};
     ctl_key_text(s->name, name, sizeof name);
     owner_name(s->uid, owner, sizeof owner);
@@ -223,7 +222,8 @@ int ctl_cmd_segments(struct ctx *c) {
   }
   closedir(d);
   if (rc == XIT_OK) {
-    qsort(v, n, sizeof *v, by_name);
+    if (n > 1)
+      qsort(v, n, sizeof *v, by_name);
     if (c->opt[OPT_JSON] != NULL)
       segments_json(v, n);
     else if (n == 0)

@@ -96,8 +96,7 @@ static int take(struct ctx *c, struct frame *fr) {
 }
 
 /* The key in the previous frame (both are in key order), or NULL. */
-static const struct ctl_key *find_prev(const struct frame *p,
-                                      const char *key) {
+static const struct ctl_key *find_prev(const struct frame *p, const char *key) {
   size_t lo = 0, hi = p->k.n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -128,17 +127,17 @@ enum {
 };
 #define CELL 128
 
-static const char *const w_head[W_NCOLS] = {
-    "KEY", "LEFT", "FLIGHT", "WAIT", "ADMIT/s", "REFUSED/s", "ADMIT",
-    "LOCKED", "STATE"};
+static const char *const w_head[W_NCOLS] = {"KEY",   "LEFT",    "FLIGHT",
+                                            "WAIT",  "ADMIT/s", "REFUSED/s",
+                                            "ADMIT", "LOCKED",  "STATE"};
 static const bool w_right[W_NCOLS] = {false, true, true, true, true,
                                       true,  true, true, false};
 
 /* Per second between two readings of a counter; "-" without a previous
  * one (first frame, or a key new since), and "-" when the counter went
  * down (the key was evicted and made again). */
-static void rate_cell(char *buf, const struct ctl_key *prev, const struct ctl_key *w,
-                      int field, uint64_t dt_ms) {
+static void rate_cell(char *buf, const struct ctl_key *prev,
+                      const struct ctl_key *w, int field, uint64_t dt_ms) {
   if (prev == NULL || dt_ms == 0 || w->f[field] < prev->f[field]) {
     snprintf(buf, CELL, "-");
     return;
@@ -249,8 +248,8 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
        * reads differently (rates are new every frame: not highlighted). */
       bool hot = scr->tty && have_prev && i != W_ADMIT_RATE &&
                  i != W_REFUSED_RATE && (!had[r] || strcmp(s, old[r][i]) != 0);
-      fprintf(o, "%s%*s%s%s%s%*s", i ? "  " : "", w_right[i] ? (int)pad : 0,
-              "", hot ? "\033[1;7m" : "", s, hot ? "\033[0m" : "",
+      fprintf(o, "%s%*s%s%s%s%*s", i ? "  " : "", w_right[i] ? (int)pad : 0, "",
+              hot ? "\033[1;7m" : "", s, hot ? "\033[0m" : "",
               (!w_right[i] && i < W_NCOLS - 1) ? (int)pad : 0, "");
     }
     fputs(eol, o);
@@ -258,8 +257,8 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
   if (n == 0)
     fprintf(o, "(no keys%s)%s", c->nargs > 0 ? " match" : "", eol);
   else if (shown < n)
-    fprintf(o, "... %zu more keys (a larger window, or name KEYs)%s",
-            n - shown, eol);
+    fprintf(o, "... %zu more keys (a larger window, or name KEYs)%s", n - shown,
+            eol);
   if (scr->tty)
     fputs("\033[J", o);
   else
