@@ -150,4 +150,16 @@ while [ "$(lines '^KEY' "$tmp/w2")" -lt 1 ] && [ $i -lt 200 ]; do
 kill -INT $w; wait $w
 check_true "watch --interval below the minimum warns" contains \
   "$(cat "$tmp/err")" "the minimum, 0.1 s, is used"
+# ---- a segment writable by others: refused for writing, shown read-only ----
+chmod 666 "/dev/shm$SEG"
+cp "/dev/shm$SEG" "$tmp/before"
+out=$("$T" ls 2>"$tmp/err")
+check "ls on an other-writable segment exits 0" 0 $?
+check_true "it is shown read-only" contains "$out" "(read-only)"
+check_true "with a note on why" contains "$(cat "$tmp/err")" \
+  "writable by group or others, which loaders refuse"
+"$T" backoff x 1 2>"$tmp/err"
+check "a writing command is refused" 1 $?
+cmp "$tmp/before" "/dev/shm$SEG"
+check "the segment is unchanged by the read" 0 $?
 finish

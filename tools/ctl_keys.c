@@ -253,8 +253,9 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
     ctl_say("out of memory");
     return XIT_FAIL;
   }
-  printf("segment %s: %u/%u keys, %llu evictions, %llu repairs\n", c->segname,
-         used, cap, (unsigned long long)evictions, (unsigned long long)repairs);
+  printf("segment %s%s: %u/%u keys, %llu evictions, %llu repairs\n",
+         c->segname, c->readonly ? " (read-only)" : "", used, cap,
+         (unsigned long long)evictions, (unsigned long long)repairs);
   ctl_table_print(stdout, &t, NULL);
   ctl_table_free(&t);
   return XIT_OK;

@@ -53,10 +53,12 @@ int ctl_open_read(struct ctx *c) {
   int rc;
   c->h = open_flags(c->segment, THROTTLE_NO_CREATE, &rc);
   if (c->h == NULL && (rc == THROTTLE_EOWNER || rc == THROTTLE_EMODE)) {
+    int why = rc;
     c->h = open_flags(c->segment, THROTTLE_READONLY, &rc);
-    if (c->h != NULL && rc == THROTTLE_EMODE)
-      ctl_say("note: %s: shown read-only (writable by others: loaders "
-              "refuse it until its owner fixes the mode)",
+    if (c->h != NULL && why == THROTTLE_EMODE)
+      ctl_say("note: %s is writable by group or others, which loaders "
+              "refuse (unless THROTTLE_GROUP_SHARED and only the group); "
+              "shown read-only",
               throttle_segment_name(c->h));
     c->readonly = c->h != NULL;
   }
