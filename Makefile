@@ -257,6 +257,8 @@ $(B)/man:
 	mkdir -p $@
 
 $(B)/man/%: docs/man/%.scd | $(B)/man
+	@command -v scdoc >/dev/null || { echo "the man pages need scdoc" \
+	  "(Debian: apt-get install scdoc)" >&2; exit 1; }
 	scdoc < $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp; exit 1; }
 
 clean:

@@ -32,6 +32,27 @@ done
 check "soname of the installed library" "libthrottle.so.1" \
   "$(objdump -p "$D$LIBDIR/libthrottle.so.1.0.0" | awk '$1=="SONAME" {print $2}')"
 
+# ---- the build honours the user's flags; -Werror only when asked ----
+# As a user builds: no WERROR in the environment (CI exports it).
+env -u WERROR make -n -B -C "$top" --no-print-directory B="$tmp/flags" CC=cc \
+  CPPFLAGS=-DSEEN_CPPFLAGS CFLAGS=-DSEEN_CFLAGS LDFLAGS=-Wl,-zSEEN_LDFLAGS \
+  all >"$tmp/dry" 2>&1
+compiles=$(grep -c '^cc .* -c ' "$tmp/dry")
+check_true "dry run shows the compiles" test "$compiles" -gt 10
+check "every compile has CPPFLAGS and CFLAGS" "$compiles" \
+  "$(grep '^cc .* -c ' "$tmp/dry" | grep 'SEEN_CPPFLAGS' | grep -c 'SEEN_CFLAGS')"
+check "every link has LDFLAGS (libraries, throttlectl, examples)" \
+  "$(grep -c -e '-shared' -e 'throttlectl tools/' -e 'examples/[a-z]*\.c' "$tmp/dry")" \
+  "$(grep -e '-shared' -e 'throttlectl tools/' -e 'examples/[a-z]*\.c' "$tmp/dry" | grep -c 'SEEN_LDFLAGS')"
+if [ -f "$top/local.mk" ]; then
+  echo "note: $top/local.mk exists; the default -Werror check is skipped"
+else
+  check "no -Werror by default" 0 "$(grep -c -- '-Werror' "$tmp/dry")"
+fi
+check "WERROR=1 turns it on" "$compiles" \
+  "$(make -n -B -C "$top" --no-print-directory B="$tmp/flags" CC=cc WERROR=1 all 2>&1 |
+     grep '^cc .* -c ' | grep -c -- '-Werror')"
+
 # ---- consumers, out of tree, with pkg-config alone ----
 export PKG_CONFIG_PATH="$D$LIBDIR/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$D"
 export PKG_CONFIG_LIBDIR="$D$LIBDIR/pkgconfig:/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/share/pkgconfig"
