@@ -34,7 +34,7 @@ check "soname of the installed library" "libthrottle.so.1" \
 
 # ---- the build honours the user's flags; -Werror only when asked ----
 # As a user builds: no WERROR in the environment (CI exports it).
-env -u WERROR make -n -B -C "$top" --no-print-directory B="$tmp/flags" CC=cc \
+env -u WERROR -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n -B -C "$top" --no-print-directory B="$tmp/flags" CC=cc \
   CPPFLAGS=-DSEEN_CPPFLAGS CFLAGS=-DSEEN_CFLAGS LDFLAGS=-Wl,-zSEEN_LDFLAGS \
   all >"$tmp/dry" 2>&1
 compiles=$(grep -c '^cc .* -c ' "$tmp/dry")
