@@ -17,7 +17,7 @@
  *   - Keys are byte strings of 1 to 255 bytes without a NUL byte, passed as
  *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").
  *   - Times are milliseconds in the API, nanoseconds in shared memory, on
- *     CLOCK_BOOTTIME (see libthrottle/clock.c for why).
+ *     CLOCK_BOOTTIME (libthrottle(3) says why).
  *   - A throttle_t may be shared by the threads of a process.
  *
  * Caveats
@@ -71,7 +71,8 @@
  *       Python multiprocessing with the fork start method gives each worker
  *       the parent's handle under these rules; with spawn or forkserver
  *       each worker opens its own.
- *   - docs/FAILURE-MODEL.md lists every fault and what an operator does.
+ *   - docs/FAILURE-MODEL.md lists every fault and what an operator does;
+ *     libthrottle(3), throttle_curl(3) and throttlectl(1) are the manual.
  */
 #ifndef THROTTLE_H
 #define THROTTLE_H
@@ -134,7 +135,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(ESYS, -20, "system call failed")                                          \
   XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
   XX(EINTR, -22, "interrupted by the caller")                                 \
-  XX(ESTALE, -23, "the admission was already taken back")
+  XX(ESTALE, -23, "the admission was already taken back")    \
+  XX(EREADONLY, -24, "the handle is read-only")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -232,6 +234,17 @@ enum {
   THROTTLE_NO_FALLBACK = 1u << 1,
   /* Attach only; never create the segment (THROTTLE_ESHM if it is absent). */
   THROTTLE_NO_CREATE = 1u << 2,
+  /* Inspect only: open the segment read-only (O_RDONLY, PROT_READ), so
+   * that anyone allowed to read it (its owner, root, a user its mode lets
+   * read) can look at it without writing a byte, not even its mutex; owner
+   * and mode are therefore not checked.  Implies THROTTLE_NO_CREATE.  The
+   * reading calls (throttle_remaining, throttle_info, throttle_foreach,
+   * throttle_stats) work on a private copy taken at each call.  The key
+   * settings calls (throttle_set_*, pause, resume, cancel) fail with
+   * THROTTLE_EREADONLY; publishing, waiting and admitting are not for
+   * such a handle (what they change stays in its private copy).  An
+   * absent segment is THROTTLE_ESHM; one it may not read, THROTTLE_EOWNER. */
+  THROTTLE_READONLY = 1u << 3,
 };
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);

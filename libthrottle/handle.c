@@ -120,7 +120,7 @@ THROTTLE_EXTERN int throttle_config_set_interrupt(throttle_config_t *cfg,
 
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags) {
-  if (cfg == NULL || (flags & ~7u) != 0)
+  if (cfg == NULL || (flags & ~15u) != 0)
     return THROTTLE_EINVAL;
   cfg->flags = flags;
   return 0;
@@ -181,6 +181,8 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
     h->intr_arg = cfg->intr_arg;
     h->intr_period_ns = (uint64_t)cfg->intr_period_ms * THROTTLE__NS_PER_MS;
   }
+  if (h->flags & THROTTLE_READONLY) /* inspecting never creates */
+    h->flags |= THROTTLE_NO_CREATE;
 
   uint32_t want_capacity = h->capacity;
   int rc = throttle__segment_open(h, cfg);
@@ -229,6 +231,13 @@ THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h) {
 
 THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h) {
   return h != NULL ? h->name : "";
+}
+
+int throttle__readonly_fail(const throttle_t *h, const char *what) {
+  return throttle__fail(h, THROTTLE_EREADONLY,
+                        "%s is open read-only (THROTTLE_READONLY): cannot %s; "
+                        "its owner can, without that flag",
+                        h->name, what);
 }
 
 THROTTLE_EXTERN int throttle_unlink(const char *segment_name) {

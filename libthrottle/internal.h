@@ -218,6 +218,10 @@ struct throttle {
   void *intr_arg;
   uint64_t intr_period_ns;
   char open_msg[512]; /* why the handle fell back, or "" */
+  /* THROTTLE_READONLY: the segment mapped PROT_READ; base is then a
+   * private copy refreshed under ro_lock by throttle__lock (segment.c). */
+  const void *ro_src;
+  pthread_mutex_t ro_lock;
 };
 
 struct throttle_info {
@@ -259,6 +263,9 @@ int throttle__sleep(const throttle_t *h, _Atomic uint32_t *word,
 void throttle__futex_wake(_Atomic uint32_t *word);
 uint64_t throttle__random(void);
 uint64_t throttle__sat_add(uint64_t a, uint64_t b);
+
+/* handle.c: THROTTLE_EREADONLY with a message naming what was refused. */
+int throttle__readonly_fail(const throttle_t *h, const char *what);
 
 /* segment.c */
 int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg);

@@ -13,6 +13,8 @@ static int with_key(throttle_t *h, const char *key, bool create,
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "change a key's settings");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;

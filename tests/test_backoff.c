@@ -459,6 +459,8 @@ static void test_backoff_error_names_distinct(void **state) {
   assert_int_equal(THROTTLE_OK, 0);
   assert_int_equal(THROTTLE_ESYMLINK, -21); /* never renumbered */
   assert_int_equal(THROTTLE_EINTR, -22);
+  assert_int_equal(THROTTLE_ESTALE, -23);
+  assert_int_equal(THROTTLE_EREADONLY, -24);
   /* one past the last code, whatever it is now */
   const int unknown[] = {1, -(int)n, -1000, 12345};
   for (size_t i = 0; i < 4; i++) {
@@ -502,11 +504,12 @@ static void test_backoff_config_setters_reject_bad_values(void **state) {
   assert_int_equal(throttle_config_set_lock_timeout(c, 1), 0);
   assert_int_equal(throttle_config_set_lock_timeout(NULL, 1), THROTTLE_EINVAL);
 
-  assert_int_equal(throttle_config_set_flags(c, 1u << 3), THROTTLE_EINVAL);
+  assert_int_equal(throttle_config_set_flags(c, 1u << 4), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, ~0u), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, THROTTLE_GROUP_SHARED |
                                                     THROTTLE_NO_FALLBACK |
-                                                    THROTTLE_NO_CREATE),
+                                                    THROTTLE_NO_CREATE |
+                                                    THROTTLE_READONLY),
                    0);
   assert_int_equal(throttle_config_set_flags(c, 0), 0);
   assert_int_equal(throttle_config_set_flags(NULL, 0), THROTTLE_EINVAL);

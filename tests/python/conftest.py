@@ -94,6 +94,15 @@ def t(segment):
         yield th
 
 
+def early(st):
+    """Requests that reached a table after a not-before could have been
+    published (I1).  The mock also counts as early a request that arrived
+    within its race window of the refusal that set the time: one admitted
+    before the refused process could publish, which I1 allows (a fleet
+    with a cap above 1 has such requests in flight)."""
+    return st["early"] - st["early_race"]
+
+
 class Mock:
     """The mock Hotdata server (tests/mock_server.py) in a process."""
 
