@@ -14,31 +14,32 @@
  * have no waker: each waiter sleeps at most until the next such instant
  * (plus jitter) and then runs grant_locked() itself.
  *
- * Dead holders.  A slot records pid and the process's start time (field 22
- * of /proc/PID/stat), so a reused pid is not mistaken for the holder.  A
- * holder whose process is gone (or a zombie) is reclaimed at the next look
- * (at most every REAP_NS per key, only when someone is waiting); a live but
- * hung holder is reclaimed when its lease lapses.  Rejected: OFD locks per
- * slot (reliable death detection, but inherited across fork(), so a child
- * would keep a dead parent's slot alive and cannot tell its parent's slots
- * from its own), and pid alone (pid reuse).
+ * Slots are identified by a ticket from one sequence for the whole segment
+ * that never restarts, so a ticket names one admission for the segment's
+ * lifetime: a stale ticket (lease lapsed, left before, a forked copy)
+ * matches nothing, and a forked child can release its parent's admission.
  *
- * The learned cap ("auto") starts at 1 and, until a lock signal is seen,
- * grows by one per success (slow start: the first contact with a locked
- * table costs one refused request, not one per process).  A LOCKED answer
- * while other holders were in flight halves it (floor 1) and remembers that
- * point; past it the cap grows by one only after 64 * cap successes, and
- * that interval doubles with each raise that fails again, so probing for
- * more room costs a refused request (and one back-off) every few hundred
- * successes at most.
+ * Dead holders (gate_live.c).  A holder is reclaimed at the next look (at
+ * most every REAP_NS per key, only when someone is waiting) once there is
+ * evidence it died; one that cannot be judged (another PID namespace,
+ * /proc hidden) and a live but hung one are reclaimed when their lease
+ * lapses.
+ *
+ * Waiting (throttle__sleep) is cut into slices when the caller set an
+ * interrupt check; an interrupted caller gives back its place, or a slot
+ * granted meanwhile, before it returns.  Every time-like field read here
+ * is bounded first (bound_rate, bound_slot_times): shared memory is input.
+ *
+ * Also here: publishing (the lock episode before the not-before, so a crash
+ * between them is safe), cancel, and the snapshot fields of the gate.  The
+ * learned cap is in gate_learn.c.
+ *
+ * Known limits: a key tracks THROTTLE__SLOTS participants; callers beyond
+ * them poll every 20 ms for a free slot instead of queueing in order.
  */
 #include "internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,7 +47,6 @@
 #define REAP_NS (50 * THROTTLE__NS_PER_MS)
 #define POLL_NS THROTTLE__POLL_NS
 #define DEFAULT_LOCK_DELAY_MS 5000u
-#define MAX_AUTO_FAILS 10u
 
 struct throttle_ticket {
   throttle_t *h;
@@ -57,103 +57,6 @@ struct throttle_ticket {
   size_t len;
   char key[THROTTLE__KEY_MAX + 1];
 };
-
-/* ---- processes ------------------------------------------------------- */
-
-/* What /proc says of a process: a zombie (dead to us: a killed child its
- * parent has not reaped yet), missing (no entry: gone, or hidden from us by
- * hidepid or a /proc of another PID namespace), alive with its start time
- * in clock ticks since boot, or unknown (unreadable, e.g. out of file
- * descriptors). */
-enum { PROC_ZOMBIE, PROC_MISSING, PROC_ALIVE, PROC_UNKNOWN };
-
-static int proc_start(pid_t pid, uint64_t *start) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT || errno == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  int e = errno;
-  close(fd);
-  if (n <= 0)
-    return n < 0 && e == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-  if (p == NULL || p[1] != ' ')
-    return PROC_UNKNOWN;
-  char state = p[2];
-  if (state == 'Z' || state == 'X' || state == 'x')
-    return PROC_ZOMBIE;
-  /* Field 3 is the state; the start time is field 22. */
-  p += 2;
-  for (int field = 3; field < 22 && p != NULL; field++) {
-    p = strchr(p, ' ');
-    if (p != NULL)
-      p++;
-  }
-  if (p == NULL)
-    return PROC_UNKNOWN;
-  *start = strtoull(p, NULL, 10);
-  return PROC_ALIVE;
-}
-
-/* This process's start time and PID namespace (the inode of
- * /proc/self/ns/pid), 0 when /proc could not tell.  Cached per pid, so a
- * forked child looks again. */
-struct self_id {
-  uint64_t start;
-  uint64_t pidns;
-};
-
-static struct self_id my_id(void) {
-  static _Atomic int64_t cached_pid;
-  static _Atomic uint64_t cached_start, cached_ns;
-  pid_t me = getpid();
-  if (atomic_load(&cached_pid) != me) {
-    uint64_t st = 0;
-    if (proc_start(me, &st) != PROC_ALIVE)
-      st = 0;
-    struct stat sb;
-    uint64_t ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino
-                                                      : 0;
-    atomic_store(&cached_start, st);
-    atomic_store(&cached_ns, ns);
-    atomic_store(&cached_pid, me);
-  }
-  return (struct self_id){atomic_load(&cached_start), atomic_load(&cached_ns)};
-}
-
-/* Dead only on evidence: a live holder's slot must never be taken because
- * it could not be seen (that would admit over the cap, I5).  Evidence is
- * judged only within one PID namespace, known on both sides: a pid of
- * another namespace names some other process here (two containers of a
- * pod share IPC and /dev/shm but not their PIDs), so such a holder, or one
- * whose namespace is unknown, lives until its lease lapses.  Within the
- * namespace: kill() saying ESRCH, a zombie, or another start time on the
- * pid (reused).  A missing /proc entry of a process kill() still finds
- * is hidden (hidepid, another /proc), not dead; if it really just died,
- * the next look sees ESRCH. */
-static bool holder_alive(const struct throttle__slot *s) {
-  struct self_id me = my_id();
-  if (s->pidns == 0 || me.pidns == 0 || s->pidns != me.pidns)
-    return true;
-  if (s->pid == (uint32_t)getpid())
-    return true;
-  if (s->pid == 0 || s->pid > INT32_MAX)
-    return false;
-  if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
-    return false;
-  uint64_t st = 0;
-  switch (proc_start((pid_t)s->pid, &st)) {
-  case PROC_ZOMBIE:
-    return false;
-  case PROC_ALIVE: /* another process now wears the pid? */
-    return s->start == 0 || st == s->start;
-  default:
-    return true;
-  }
-}
 
 /* ---- helpers on a record -------------------------------------------- */
 
@@ -310,8 +213,8 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     r->fixed_cap = THROTTLE__SLOTS;
   if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
     r->auto_cap = 1;
-  if (r->auto_fails > MAX_AUTO_FAILS)
-    r->auto_fails = MAX_AUTO_FAILS;
+  if (r->auto_fails > THROTTLE__MAX_AUTO_FAILS)
+    r->auto_fails = THROTTLE__MAX_AUTO_FAILS;
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -372,7 +275,7 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
                   now - s->since_ns >
                       (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS &&
                   s->since_ns <= now;
-    if (!lapsed && holder_alive(s))
+    if (!lapsed && throttle__holder_alive(s))
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {
       sat_inc(&r->reclaims);
@@ -469,42 +372,6 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
   }
 }
 
-/* ---- learning the cap ------------------------------------------------ */
-
-static void learn_locked(struct throttle__rec *r, throttle_outcome_t outcome,
-                         uint32_t others, uint32_t concurrent) {
-  if (r->fixed_cap != 0)
-    return;
-  if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
-    r->auto_cap = 1;
-  if (r->auto_fails > MAX_AUTO_FAILS) /* shared memory: a shift count below */
-    r->auto_fails = MAX_AUTO_FAILS;
-  if (outcome == THROTTLE_OUTCOME_OK) {
-    /* Only a success at the cap says anything about a larger one: a fleet
-     * that never fills its cap must not grow it without bound. */
-    if (concurrent < r->auto_cap)
-      return;
-    if (r->auto_cap > r->auto_ssthresh)
-      r->auto_fails = 0; /* the raised cap has been used without a refusal */
-    r->auto_oks++;
-    uint64_t need = r->auto_ssthresh == 0
-                        ? 1
-                        : (uint64_t)64 * r->auto_cap << r->auto_fails;
-    if (r->auto_oks >= need && r->auto_cap < THROTTLE__SLOTS) {
-      r->auto_cap++;
-      r->auto_oks = 0;
-    }
-  } else if (outcome == THROTTLE_OUTCOME_LOCKED && others > 0) {
-    /* Our own fleet holds the lock: too many at once. */
-    if (r->auto_ssthresh != 0 && r->auto_cap > r->auto_ssthresh &&
-        r->auto_fails < MAX_AUTO_FAILS)
-      r->auto_fails++;
-    r->auto_cap = r->auto_cap / 2 > 1 ? r->auto_cap / 2 : 1;
-    r->auto_ssthresh = r->auto_cap;
-    r->auto_oks = 0;
-  }
-}
-
 /* ---- enter / leave --------------------------------------------------- */
 
 /* The slot of ticket t, or NULL when it is no longer there (reclaimed by
@@ -564,7 +431,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
                                          ? UINT64_MAX
                                          : timeout_ms * THROTTLE__NS_PER_MS);
-  struct self_id self = my_id();
+  struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
   bool registered = false, gen_taken = false, interrupted = false;
   struct wake w = {.n = 0};
@@ -796,7 +663,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
                                                 : ms * THROTTLE__NS_PER_MS);
     }
     if (!stale) /* a stale report says nothing of the cap now */
-      learn_locked(r, outcome, others, concurrent);
+      throttle__learn_locked(r, outcome, others, concurrent);
     r->last_use_ns = now;
     THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
     uint64_t next;

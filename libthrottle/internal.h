@@ -294,6 +294,25 @@ uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
+/* gate_live.c */
+struct throttle__self_id {
+  uint64_t start; /* process start time in clock ticks, 0 = unknown */
+  uint64_t pidns; /* inode of /proc/self/ns/pid, 0 = unknown */
+};
+/* This process's identity as recorded in the slots it takes (cached per
+ * pid, so a forked child looks again). */
+struct throttle__self_id throttle__self_id(void);
+/* false only on evidence that the slot's process is gone. */
+bool throttle__holder_alive(const struct throttle__slot *s);
+
+/* gate_learn.c */
+#define THROTTLE__MAX_AUTO_FAILS 10u
+/* Learn the auto cap from one outcome: others = holders besides the
+ * leaver, concurrent = holders when it was granted. */
+void throttle__learn_locked(struct throttle__rec *r,
+                            throttle_outcome_t outcome, uint32_t others,
+                            uint32_t concurrent);
+
 /* gate.c */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,

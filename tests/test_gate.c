@@ -510,6 +510,7 @@ static int enter_record(void *arg) {
   throttle_t *h = child_open(w->fx);
   TH_CHILD_CHECK(h != NULL);
   throttle_ticket_t *t = NULL;
+  atomic_fetch_add(&w->o->seq, 1); /* arriving */
   int rc = throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 5000, &t);
   atomic_store(&w->o->result[w->index], rc);
   if (rc == 0)
@@ -529,13 +530,20 @@ static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
   struct worker w[N];
   pid_t pid[N];
   for (int i = 0; i < N; i++) {
+    /* the slots fill first, then the two beyond them arrive */
+    if (i == 32)
+      th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 32, HANG_MS);
     w[i] = (struct worker){fx, o, i, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
     atomic_store(&o->result[i], 1);
     pid[i] = th_spawn(fx, enter_record, &w[i]);
   }
-  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 32, HANG_MS);
-  for (int i = 0; i < N; i++)
-    th_wait_sleeping(pid[i], 2000);
+  uint64_t t0 = th_mono_ms();
+  while (atomic_load(&o->seq) < N && th_mono_ms() - t0 < HANG_MS)
+    th_sleep_ms(5);
+  /* Inside throttle_enter, polling for a slot: they cannot be seen from
+   * outside, so give them many polls (20 ms each) to be there. */
+  th_sleep_ms(500);
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_LIVE), 32);
   assert_int_equal(throttle_cancel(h, KEY), 0);
   for (int i = 0; i < N; i++)
     th_reap_ok(fx, pid[i], HANG_MS);
