@@ -647,6 +647,31 @@ static void test_gate_ticket_left_from_forked_child(void **state) {
   assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
 }
 
+/* Time arithmetic saturates: timeouts, Retry-After and the lease at the
+ * edge of their types neither wrap into the past (giving up at once,
+ * without trying) nor into a short delay (an early retry). */
+static void test_gate_huge_values_saturate(void **state) {
+  struct th_fx *fx = *state;
+  assert_int_equal(throttle_config_set_lease(fx->cfg, 86400000u), 0);
+  throttle_t *h = th_open(fx);
+  const uint64_t timeouts[] = {UINT64_MAX - 1, UINT64_MAX / 1000000 + 1,
+                               UINT64_MAX / 1000 + 1};
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(throttle_backoff(h, KEY, 100), 0);
+    uint64_t nb = th_now_ns() + 99 * UINT64_C(1000000);
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(
+        throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, timeouts[i], &t), 0);
+    assert_true(th_now_ns() >= nb);
+    const uint64_t ra[] = {UINT64_MAX, UINT64_MAX / 1000000 + 1,
+                           UINT64_MAX / 1000 + 1};
+    assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_LOCKED, ra[i]), 0);
+    uint64_t ms = th_remaining(h, KEY);
+    assert_true(ms > 800000 && ms <= 900000); /* the maximum, not wrapped */
+    assert_int_equal(throttle_clear(h, KEY), 0);
+  }
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -790,6 +815,7 @@ int main(void) {
       T(test_gate_wake_changes_the_word),
       T(test_gate_stale_ticket_frees_nothing),
       T(test_gate_ticket_left_from_forked_child),
+      T(test_gate_huge_values_saturate),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),
