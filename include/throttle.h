@@ -370,7 +370,11 @@ typedef struct throttle_ticket throttle_ticket_t;
  * check of throttle_config_set_interrupt() said stop; the queue place is
  * given back).  On THROTTLE_EFULL,
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
- * not the key: fail open (send anyway, honouring Retry-After yourself). */
+ * not the key: fail open (send anyway, honouring Retry-After yourself).
+ * Before it returns THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT it waits out
+ * the key's not-before as far as it can read it without the mutex, so
+ * failing open is never early (THROTTLE_ETIMEDOUT if that lies past the
+ * timeout). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
                                    throttle_class_t cls, uint64_t timeout_ms,
                                    throttle_ticket_t **ticket);

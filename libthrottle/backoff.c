@@ -81,6 +81,30 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
   return 0;
 }
 
+/* The key's not-before as read without the mutex (0: absent, open, or the
+ * table kept changing under us), bounded by the segment's maximum delay:
+ * what a caller that cannot take the mutex still honours before it fails
+ * open. */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len) {
+  for (int t = 0; t < NOLOCK_TRIES; t++) {
+    uint32_t idx, seq;
+    int f = throttle__find_nolock(h, key, len, &idx, &seq);
+    if (f == 0)
+      return 0;
+    if (f < 0)
+      continue;
+    uint64_t v =
+        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    if (!throttle__seq_still(h, seq))
+      continue;
+    uint64_t limit =
+        throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
+    return v > limit ? limit : v;
+  }
+  return 0;
+}
+
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms) {
   size_t len;

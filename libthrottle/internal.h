@@ -294,6 +294,10 @@ uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
+/* backoff.c */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len);
+
 /* gate_live.c */
 struct throttle__self_id {
   uint64_t start; /* process start time in clock ticks, 0 = unknown */
