@@ -262,6 +262,18 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
   reap_locked(r, now, false);
 }
 
+/* For eviction: a key that would be idle but for slots (no back-off, no
+ * setting an operator made) is reaped now, whoever waits; true when that
+ * leaves it idle (its only participants were dead or past their lease). */
+bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
+  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
+      r->fixed_cap || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+    return false;
+  reap_locked(r, now, true);
+  return throttle__rec_idle(r, now);
+}
+
 static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
     return;

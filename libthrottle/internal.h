@@ -327,6 +327,7 @@ void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
+bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
 
 #ifdef THROTTLE_TESTING
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)
