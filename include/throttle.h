@@ -191,7 +191,9 @@ THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
 
 /* How long an admission may be held before it is taken back from a holder
  * that is alive but hung (dead holders are reclaimed at once, whatever the
- * lease).  Set it above your longest request.  Default $THROTTLE_LEASE_MS,
+ * lease).  Set it above your longest request.  Measured on
+ * CLOCK_MONOTONIC, which stops while the host is suspended: a suspend does
+ * not make every holder's lease lapse at once on resume.  Default $THROTTLE_LEASE_MS,
  * else 600000 (10 min).  Errors: THROTTLE_EINVAL (0 or more than one
  * day). */
 THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,

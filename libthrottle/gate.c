@@ -165,11 +165,14 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
 #define LEASE_MAX_MS 86400000u                                /* one day */
 #define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
 
-static void bound_slot_times(struct throttle__slot *s, uint64_t now) {
+static void bound_slot_times(struct throttle__slot *s, uint64_t now,
+                             uint64_t mono) {
   if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
     s->lease_ms = LEASE_MAX_MS;
   if (s->since_ns > now) /* a grant in the future would never lapse */
     s->since_ns = now;
+  if (s->since_mono_ns > mono)
+    s->since_mono_ns = mono;
 }
 
 /* A conforming GCRA state never runs more than one period ahead of now. */
@@ -192,12 +195,12 @@ static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
 /* After a crash inside the critical section: make every slot and setting
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
-  uint64_t now = throttle__now_ns();
+  uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
   bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
-    bound_slot_times(s, now);
+    bound_slot_times(s, now, mono);
     if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
         (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
       free_slot(s);
@@ -278,15 +281,21 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
     return;
   r->last_reap_ns = now;
+  /* Leases run on CLOCK_MONOTONIC, which stops while the host is
+   * suspended: a lease bounds how long a running holder may take, and a
+   * holder frozen with the whole host has not run.  On the throttle clock
+   * (CLOCK_BOOTTIME, right for a server's Retry-After) a suspend longer
+   * than the lease would reclaim every holder at once on resume, while
+   * they go on sending: the cap exceeded for the rest of their requests. */
+  uint64_t mono = throttle__mono_ns();
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
-    bound_slot_times(s, now);
+    bound_slot_times(s, now, mono);
     bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
-                  now - s->since_ns >
-                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS &&
-                  s->since_ns <= now;
+                  mono - s->since_mono_ns >
+                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
     if (!lapsed && throttle__holder_alive(s))
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {
@@ -367,6 +376,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     s->state = THROTTLE__SLOT_HOLDING;
     THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
     s->since_ns = now;
+    s->since_mono_ns = throttle__mono_ns();
     holders++;
     s->concurrent = (uint8_t)holders;
     if (s->cls == THROTTLE_CLASS_BACKFILL)

@@ -107,6 +107,7 @@ struct throttle__slot {
   uint64_t pidns;    /* inode of the holder's PID namespace, 0 = unknown */
   uint64_t ticket;   /* segment-wide arrival number: FIFO order, identity */
   uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
+  uint64_t since_mono_ns; /* the grant on CLOCK_MONOTONIC: the lease's clock */
 };
 
 /* One key.  Line 0 holds what the lock-free path reads. */
