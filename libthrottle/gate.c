@@ -373,10 +373,13 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       return;
     }
     rate_take(r, now);
-    s->state = THROTTLE__SLOT_HOLDING;
-    THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
+    /* The grant times first: a crash after the state changes must not
+     * leave a holder timed by the slot's previous occupant (its lease
+     * would lapse at once and the slot be taken from a live holder). */
     s->since_ns = now;
     s->since_mono_ns = throttle__mono_ns();
+    s->state = THROTTLE__SLOT_HOLDING;
+    THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
     holders++;
     s->concurrent = (uint8_t)holders;
     if (s->cls == THROTTLE_CLASS_BACKFILL)
@@ -546,6 +549,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         s->lease_ms = h->lease_ms;
         s->ticket = next_ticket_locked(h, r);
         s->since_ns = now;
+        s->since_mono_ns = throttle__mono_ns();
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
