@@ -408,6 +408,23 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);
 
+/* Report a transient outcome and wait to send again, keeping the caller's
+ * place: like throttle_leave() (the back-off is published, the probe
+ * answered, the cap learned), but the admission's slot goes back into the
+ * queue with its original arrival, so it is the oldest waiter, ahead of
+ * everyone who arrived after it (a LOCKED retry that left and entered again
+ * would queue behind them).  Then it waits as throttle_enter() does, with
+ * timeout_ms; on success *ticket is the admission again (the same ticket),
+ * to be left or requeued once more.  On any error *ticket is NULL and the
+ * place is given back.  Meant for LOCKED, RATE_LIMITED, UNAVAILABLE and
+ * FAILED; any outcome is accepted.
+ * Errors: as throttle_leave() (THROTTLE_ESTALE when the admission was
+ * already taken back: nothing is requeued) and as throttle_enter(). */
+THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
+                                     throttle_outcome_t outcome,
+                                     uint64_t retry_after_ms,
+                                     uint64_t timeout_ms);
+
 /* Key settings, kept in the segment and shared by every process. */
 
 /* Cap concurrent admissions to n (1..32: a key tracks 32 participants), or

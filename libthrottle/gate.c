@@ -30,9 +30,14 @@
  * granted meanwhile, before it returns.  Every time-like field read here
  * is bounded first (bound_rate, bound_slot_times): shared memory is input.
  *
+ * A transient answer retried with throttle_requeue() keeps its slot, as a
+ * waiting slot with its arrival ticket: the oldest waiter, so it probes
+ * first when the back-off passes (a leave and a new enter would queue it
+ * behind later arrivals).
+ *
  * Also here: publishing (the lock episode before the not-before, so a crash
- * between them is safe), cancel, and the snapshot fields of the gate.  The
- * learned cap is in gate_learn.c.
+ * between them is safe) and cancel.  The learned cap is in gate_learn.c,
+ * the snapshot fields in gate_info.c.
  *
  * Known limits: a key tracks THROTTLE__SLOTS participants; callers beyond
  * them poll every 20 ms for a free slot instead of queueing in order.
@@ -50,6 +55,7 @@
 
 struct throttle_ticket {
   throttle_t *h;
+  throttle_class_t cls;
   uint64_t hash;
   uint64_t ticket;
   uint32_t slot;
@@ -69,23 +75,8 @@ static void bump(struct throttle__slot *s) {
   atomic_fetch_add_explicit(&s->word, 1, memory_order_release);
 }
 
-static uint32_t cap_of(const struct throttle__rec *r) {
-  uint32_t c = r->fixed_cap ? r->fixed_cap : r->auto_cap;
-  if (c < 1)
-    c = 1;
-  if (c > THROTTLE__SLOTS)
-    c = THROTTLE__SLOTS;
-  return c;
-}
-
-static uint32_t share_of(const struct throttle__rec *r) {
-  if (!(r->flags & THROTTLE__REC_SHARE_SET))
-    return 1000;
-  return r->share_permille > 1000 ? 1000 : r->share_permille;
-}
-
 static uint32_t backfill_cap(const struct throttle__rec *r, uint32_t cap) {
-  uint32_t share = share_of(r);
+  uint32_t share = throttle__share_of(r);
   if (share == 0)
     return 0;
   uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
@@ -323,14 +314,6 @@ static struct throttle__slot *oldest(struct throttle__rec *r,
   return best;
 }
 
-static uint32_t count(const struct throttle__rec *r, int state, int cls) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state == state && (cls < 0 || r->slot[i].cls == cls))
-      n++;
-  return n;
-}
-
 /* Grant as many waiters as the gate allows now, oldest first, live before
  * backfill.  *next is set to the next instant at which time alone could
  * open the gate (UINT64_MAX if none). */
@@ -354,10 +337,10 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
   bound_rate(h, r, now);
-  uint32_t cap = cap_of(r);
-  uint32_t holders = count(r, THROTTLE__SLOT_HOLDING, -1);
+  uint32_t cap = throttle__cap_of(r);
+  uint32_t holders = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =
-      count(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
+      throttle__count_slots(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
   uint32_t bf_cap = backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
@@ -459,25 +442,17 @@ static int honour_unlocked(throttle_t *h, const char *key, size_t len,
   }
 }
 
-static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
-                    uint64_t timeout_ms, int nowait,
-                    throttle_ticket_t **out, uint64_t *wait_ms) {
-  if (h == NULL || out == NULL ||
-      (cls != THROTTLE_CLASS_LIVE && cls != THROTTLE_CLASS_BACKFILL))
-    return THROTTLE_EINVAL;
-  *out = NULL;
-  size_t len;
-  int rc = throttle__check_key(h, key, &len);
-  if (rc != 0)
-    return rc;
-  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
-  if (t == NULL)
-    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
-  t->h = h;
-  t->len = len;
-  memcpy(t->key, key, len);
-  t->hash = throttle__hash(h->seed, key, len);
-  t->slot = UINT32_MAX;
+/* Wait until t is admitted (its slot holding), from scratch or, when
+ * registered, from the waiting slot t already has (a requeue).  On success
+ * *out = t; otherwise t is freed and its place given back. */
+static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
+                      int nowait, bool registered, throttle_ticket_t **out,
+                      uint64_t *wait_ms) {
+  char key[THROTTLE__KEY_MAX + 1]; /* t may be freed before the last use */
+  size_t len = t->len;
+  memcpy(key, t->key, len + 1);
+  throttle_class_t cls = t->cls;
+  int rc;
   uint64_t start = throttle__now_ns();
   uint64_t deadline =
       timeout_ms == THROTTLE_FOREVER
@@ -487,7 +462,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
                                          : timeout_ms * THROTTLE__NS_PER_MS);
   struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
-  bool registered = false, gen_taken = false, interrupted = false;
+  bool gen_taken = false, interrupted = false;
   struct wake w = {.n = 0};
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -642,6 +617,29 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   return rc;
 }
 
+static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
+                    uint64_t timeout_ms, int nowait,
+                    throttle_ticket_t **out, uint64_t *wait_ms) {
+  if (h == NULL || out == NULL ||
+      (cls != THROTTLE_CLASS_LIVE && cls != THROTTLE_CLASS_BACKFILL))
+    return THROTTLE_EINVAL;
+  *out = NULL;
+  size_t len;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
+  if (t == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  t->h = h;
+  t->cls = cls;
+  t->len = len;
+  memcpy(t->key, key, len);
+  t->hash = throttle__hash(h->seed, key, len);
+  t->slot = UINT32_MAX;
+  return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
+}
+
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
                                    throttle_class_t cls, uint64_t timeout_ms,
                                    throttle_ticket_t **ticket) {
@@ -661,9 +659,71 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *t) {
   return t != NULL && t->probe;
 }
 
-THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
-                                   throttle_outcome_t outcome,
-                                   uint64_t retry_after_ms) {
+static bool publishes(throttle_outcome_t outcome) {
+  return outcome == THROTTLE_OUTCOME_LOCKED ||
+         outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
+         outcome == THROTTLE_OUTCOME_UNAVAILABLE;
+}
+
+/* Report t's outcome under the mutex: the probe's answer, counters, the
+ * back-off, the learned cap; then free t's slot, or (requeue) turn it back
+ * into a waiting slot that keeps its arrival ticket, hence its place at the
+ * head of the queue.  Grants what the gate allows now into *w.  Returns
+ * false when t's admission was already taken back (stale: nothing but the
+ * back-off is changed). */
+static bool report_locked(throttle_t *h, struct throttle__rec *r,
+                          throttle_ticket_t *t, throttle_outcome_t outcome,
+                          uint64_t retry_after_ms, bool requeue, uint64_t now,
+                          struct wake *w) {
+  struct throttle__slot *s = my_slot(r, t);
+  bool probe =
+      s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
+  uint32_t concurrent = s != NULL ? s->concurrent : 0;
+  uint32_t others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
+  if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
+    others--;
+  if (s != NULL && requeue && s->state == THROTTLE__SLOT_HOLDING) {
+    s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
+    s->probe = 0;
+    s->since_ns = now;
+  } else if (s != NULL) {
+    free_slot(s);
+  }
+  if (probe) {
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+    /* throttle_wait() callers sleep on the epoch for the probe's answer */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+    throttle__futex_wake(&r->epoch);
+  }
+  if (outcome == THROTTLE_OUTCOME_OK && probe)
+    /* the lock is free */
+    throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
+  if (outcome == THROTTLE_OUTCOME_LOCKED)
+    sat_inc(&r->locked);
+  if (outcome == THROTTLE_OUTCOME_PERMANENT)
+    sat_inc(&r->permanent);
+  if (publishes(outcome)) {
+    uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
+    throttle__publish_locked(h, r, now,
+                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                 ? UINT64_MAX
+                                 : ms * THROTTLE__NS_PER_MS);
+  }
+  if (s != NULL) /* a stale report says nothing of the cap now */
+    throttle__learn_locked(r, outcome, others, concurrent);
+  r->last_use_ns = now;
+  THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
+  uint64_t next;
+  grant_locked(h, r, now, w, &next);
+  return s != NULL;
+}
+
+/* throttle_leave() and throttle_requeue(): report under the mutex.  t is
+ * freed unless requeued (then *requeued is set). */
+static int report(throttle_t *h, throttle_ticket_t *t,
+                  throttle_outcome_t outcome, uint64_t retry_after_ms,
+                  bool requeue, bool *requeued) {
+  *requeued = false;
   if (h == NULL || t == NULL || t->h != h) {
     throttle__free(t);
     return THROTTLE_EINVAL;
@@ -672,6 +732,7 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   if (bad_outcome) { /* still give the slot back, as abandoned */
     outcome = THROTTLE_OUTCOME_ABANDONED;
     retry_after_ms = 0;
+    requeue = false;
   }
   int rc = throttle__lock(h);
   if (rc != 0) {
@@ -680,56 +741,14 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   uint64_t now = throttle__now_ns();
   struct throttle__rec *r = throttle__find_locked(h, t->key, t->len, t->hash);
-  bool publish = outcome == THROTTLE_OUTCOME_LOCKED ||
-                 outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
-                 outcome == THROTTLE_OUTCOME_UNAVAILABLE;
-  if (r == NULL && publish)
+  if (r == NULL && publishes(outcome))
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
   struct wake w = {.n = 0};
-  bool stale = true; /* no slot of this admission is left */
-  if (r != NULL) {
-    struct throttle__slot *s = my_slot(r, t);
-    stale = s == NULL;
-    bool probe = s != NULL && r->probe_ticket != 0 &&
-                 s->ticket == r->probe_ticket;
-    uint32_t concurrent = s != NULL ? s->concurrent : 0;
-    uint32_t others = count(r, THROTTLE__SLOT_HOLDING, -1);
-    if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
-      others--;
-    if (s != NULL)
-      free_slot(s);
-    if (probe) {
-      __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-      /* throttle_wait() callers sleep on the epoch for the probe's answer */
-      atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-      throttle__futex_wake(&r->epoch);
-    }
-    if (outcome == THROTTLE_OUTCOME_OK && probe)
-      /* the lock is free */
-      throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
-    if (outcome == THROTTLE_OUTCOME_LOCKED)
-      sat_inc(&r->locked);
-    if (outcome == THROTTLE_OUTCOME_PERMANENT)
-      sat_inc(&r->permanent);
-    if (publish) {
-      uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
-      throttle__publish_locked(
-          h, r, now,
-          ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
-                                                : ms * THROTTLE__NS_PER_MS);
-    }
-    if (!stale) /* a stale report says nothing of the cap now */
-      throttle__learn_locked(r, outcome, others, concurrent);
-    r->last_use_ns = now;
-    THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
-    uint64_t next;
-    grant_locked(h, r, now, &w, &next);
-  }
+  bool stale = r == NULL ||
+               !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
+                              &w);
   throttle__unlock(h);
   wake_all(&w);
-  char key_copy[THROTTLE__KEY_MAX + 1];
-  memcpy(key_copy, t->key, t->len + 1);
-  throttle__free(t);
   if (rc == 0 && bad_outcome)
     rc = throttle__fail(h, THROTTLE_EINVAL,
                         "unknown outcome; the slot was given back as "
@@ -739,10 +758,39 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
                         "%.255s: the admission was already taken back (its "
                         "lease lapsed, or it was left before); no slot was "
                         "touched%s",
-                        key_copy, publish ? ", the back-off was published" : "");
+                        t->key,
+                        publishes(outcome) ? ", the back-off was published"
+                                           : "");
   else if (rc == 0)
     throttle__clear_msg(h);
+  if (rc == 0 && requeue) {
+    *requeued = true;
+    return 0;
+  }
+  throttle__free(t);
   return rc;
+}
+
+THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
+                                   throttle_outcome_t outcome,
+                                   uint64_t retry_after_ms) {
+  bool requeued;
+  return report(h, t, outcome, retry_after_ms, false, &requeued);
+}
+
+THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
+                                     throttle_outcome_t outcome,
+                                     uint64_t retry_after_ms,
+                                     uint64_t timeout_ms) {
+  if (ticket == NULL)
+    return THROTTLE_EINVAL;
+  throttle_ticket_t *t = *ticket;
+  *ticket = NULL;
+  bool requeued;
+  int rc = report(h, t, outcome, retry_after_ms, true, &requeued);
+  if (!requeued)
+    return rc;
+  return enter_wait(h, t, timeout_ms, 0, true, ticket, NULL);
 }
 
 /* Wake every waiter of r with THROTTLE_ECANCELED (see settings.c). */
@@ -754,64 +802,4 @@ void throttle__cancel_locked(struct throttle__rec *r) {
       bump(&r->slot[i]);
     }
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-}
-
-/* ---- snapshots ------------------------------------------------------- */
-
-void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
-                             throttle_info_t *out) {
-  int64_t *f = out->field;
-  f[THROTTLE_FIELD_IN_FLIGHT] = count(r, THROTTLE__SLOT_HOLDING, -1);
-  f[THROTTLE_FIELD_CAP] = cap_of(r);
-  f[THROTTLE_FIELD_CAP_AUTO] = r->fixed_cap == 0;
-  f[THROTTLE_FIELD_WAITING_LIVE] =
-      count(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_LIVE);
-  f[THROTTLE_FIELD_WAITING_BACKFILL] =
-      count(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_BACKFILL);
-  f[THROTTLE_FIELD_PROBE_OUT] = r->probe_ticket != 0;
-  f[THROTTLE_FIELD_LOCK_EPISODE] = (r->flags & THROTTLE__REC_EPISODE) != 0;
-  f[THROTTLE_FIELD_PAUSED] = (r->flags & THROTTLE__REC_PAUSED) != 0;
-  f[THROTTLE_FIELD_RATE_N] = r->rate_n;
-  f[THROTTLE_FIELD_RATE_PERIOD_MS] =
-      (int64_t)(r->rate_period_ns / THROTTLE__NS_PER_MS);
-  f[THROTTLE_FIELD_BACKFILL_SHARE_PERMILLE] = share_of(r);
-#define CLAMP64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
-  f[THROTTLE_FIELD_ADMITTED] = CLAMP64(r->admitted);
-  f[THROTTLE_FIELD_LOCKED] = CLAMP64(r->locked);
-  f[THROTTLE_FIELD_PROBES] = CLAMP64(r->probes);
-  f[THROTTLE_FIELD_RECLAIMS] = CLAMP64(r->reclaims);
-  f[THROTTLE_FIELD_CANCELED] = CLAMP64(r->canceled);
-  f[THROTTLE_FIELD_PERMANENT] = CLAMP64(r->permanent);
-#undef CLAMP64
-  out->nholders = 0;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-    const struct throttle__slot *s = &r->slot[i];
-    if (s->state != THROTTLE__SLOT_HOLDING)
-      continue;
-    uint32_t k = out->nholders++;
-    out->holder[k].pid = s->pid;
-    out->holder[k].cls = s->cls;
-    out->holder[k].probe = r->probe_ticket != 0 && s->ticket == r->probe_ticket;
-    out->holder[k].age_ms =
-        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
-  }
-}
-
-THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
-                                         size_t i, int64_t *pid,
-                                         int64_t *age_ms,
-                                         throttle_class_t *cls, int *probe) {
-  if (info == NULL)
-    return THROTTLE_EINVAL;
-  if (i >= info->nholders)
-    return THROTTLE_ENOKEY;
-  if (pid)
-    *pid = info->holder[i].pid;
-  if (age_ms)
-    *age_ms = (int64_t)info->holder[i].age_ms;
-  if (cls)
-    *cls = (throttle_class_t)info->holder[i].cls;
-  if (probe)
-    *probe = info->holder[i].probe;
-  return 0;
 }

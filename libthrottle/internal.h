@@ -177,6 +177,34 @@ static inline int throttle__gate_held(const struct throttle__rec *r) {
   return 0;
 }
 
+/* The key's cap now: fixed, else learned; 1..THROTTLE__SLOTS whatever the
+ * record says. */
+static inline uint32_t throttle__cap_of(const struct throttle__rec *r) {
+  uint32_t c = r->fixed_cap ? r->fixed_cap : r->auto_cap;
+  if (c < 1)
+    c = 1;
+  if (c > THROTTLE__SLOTS)
+    c = THROTTLE__SLOTS;
+  return c;
+}
+
+/* Backfill's share of the cap in thousandths (1000 unless set). */
+static inline uint32_t throttle__share_of(const struct throttle__rec *r) {
+  if (!(r->flags & THROTTLE__REC_SHARE_SET))
+    return 1000;
+  return r->share_permille > 1000 ? 1000 : r->share_permille;
+}
+
+/* Participant slots in state (and of class cls, unless cls < 0). */
+static inline uint32_t throttle__count_slots(const struct throttle__rec *r,
+                                             int state, int cls) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state == state && (cls < 0 || r->slot[i].cls == cls))
+      n++;
+  return n;
+}
+
 /* flags and probe_ticket are read without the mutex (throttle_wait), so
  * their writers, who hold it, store atomically. */
 static inline void throttle__rec_flags(struct throttle__rec *r, uint16_t bit,

@@ -137,14 +137,20 @@ static void test_gate_cap_never_exceeded(void **state) {
   assert_int_equal(field(h, THROTTLE_FIELD_ADMITTED), 80);
 }
 
+/* KEY with cap 1, its slot held by this process (*t). */
+static throttle_t *hold_only_slot(struct th_fx *fx, throttle_ticket_t **t) {
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, t), 0);
+  return h;
+}
+
 /* Arrivals 60 ms apart behind a held slot are admitted in arrival order. */
 static void test_gate_fifo_order(void **state) {
   struct th_fx *fx = *state;
-  throttle_t *h = th_open(fx);
   struct obs *o = obs_new();
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
   throttle_ticket_t *t;
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *h = hold_only_slot(fx, &t);
   struct worker w[6];
   pid_t pid[6];
   for (int i = 0; i < 6; i++) {
@@ -672,6 +678,41 @@ static void test_gate_huge_values_saturate(void **state) {
   }
 }
 
+/* A LOCKED answer, retried with throttle_requeue(): the caller keeps its
+ * place at the head of the queue (it probes first when the back-off
+ * passes), ahead of the callers that arrived after it. */
+static void test_gate_requeue_keeps_fifo_place(void **state) {
+  struct th_fx *fx = *state;
+  struct obs *o = obs_new();
+  throttle_ticket_t *t;
+  throttle_t *h = hold_only_slot(fx, &t);
+  struct worker w[2];
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++) {
+    w[i] = (struct worker){fx, o, i + 1, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+    pid[i] = th_spawn(fx, worker_main, &w[i]);
+    th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, i + 1, HANG_MS);
+  }
+  assert_int_equal(
+      throttle_requeue(h, &t, THROTTLE_OUTCOME_LOCKED, 200, HANG_MS), 0);
+  assert_non_null(t);
+  int k = atomic_fetch_add(&o->seq, 1);
+  atomic_store(&o->order[k], 0);
+  assert_int_equal(throttle_ticket_is_probe(t), 1);
+  assert_int_equal(field(h, THROTTLE_FIELD_LOCKED), 1);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  for (int i = 0; i < 2; i++)
+    th_reap_ok(fx, pid[i], HANG_MS);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(atomic_load(&o->order[i]), i);
+  /* no ticket: nothing to requeue */
+  throttle_ticket_t *stale = NULL;
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_requeue(h, &stale, THROTTLE_OUTCOME_LOCKED, 0, 0),
+                   THROTTLE_EINVAL);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -816,6 +857,7 @@ int main(void) {
       T(test_gate_stale_ticket_frees_nothing),
       T(test_gate_ticket_left_from_forked_child),
       T(test_gate_huge_values_saturate),
+      T(test_gate_requeue_keeps_fifo_place),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),
