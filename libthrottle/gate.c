@@ -39,8 +39,11 @@
  * between them is safe) and cancel.  The learned cap is in gate_learn.c,
  * the snapshot fields in gate_info.c.
  *
- * Known limits: a key tracks THROTTLE__SLOTS participants; callers beyond
- * them poll every 20 ms for a free slot instead of queueing in order.
+ * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
+ * once and sleeps on the record's epoch, which free_slot() bumps and wakes
+ * while such callers are counted; when it registers, the ticket it arrived
+ * with keeps its place in the FIFO order.  Rejected: a queue of overflow
+ * callers in shared memory (unbounded, and a dead one would block it).
  */
 #include "internal.h"
 
@@ -83,12 +86,16 @@ static uint32_t backfill_cap(const struct throttle__rec *r, uint32_t cap) {
   return n < 1 ? 1 : n;
 }
 
-static void free_slot(struct throttle__slot *s) {
+static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->state = THROTTLE__SLOT_FREE;
   s->probe = 0;
   s->ticket = 0;
   s->pid = 0;
   bump(s);
+  if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+    throttle__futex_wake(&r->epoch);
+  }
 }
 
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
@@ -194,7 +201,7 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     bound_slot_times(s, now, mono);
     if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
         (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
-      free_slot(s);
+      free_slot(r, s);
       continue;
     }
     if (s->state == THROTTLE__SLOT_HOLDING && r->probe_ticket != 0 &&
@@ -297,7 +304,7 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
         atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
       }
     }
-    free_slot(s);
+    free_slot(r, s);
   }
 }
 
@@ -413,33 +420,11 @@ static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
   return n;
 }
 
-/* The mutex is out of reach (lock_rc): the caller will fail open and send
- * anyway, but not before the not-before it can still read without the
- * mutex (I1 holds even then).  Returns lock_rc after that wait, or
- * THROTTLE_EWOULDBLOCK / THROTTLE_ETIMEDOUT / THROTTLE_EINTR as the wait
- * itself ends. */
-static int honour_unlocked(throttle_t *h, const char *key, size_t len,
-                           int lock_rc, int nowait, uint64_t deadline,
-                           uint64_t *wait_ms) {
-  if (lock_rc != THROTTLE_ELOCKTIMEOUT && lock_rc != THROTTLE_ECORRUPT)
-    return lock_rc;
-  char why[512];
-  snprintf(why, sizeof why, "%s", throttle_errmsg(h));
-  _Atomic uint32_t word = 0; /* nobody wakes it: a timed sleep */
-  for (;;) {
-    uint64_t nb = throttle__nb_nolock(h, key, len), now = throttle__now_ns();
-    if (nb <= now)
-      return throttle__fail(h, lock_rc, "%s", why);
-    if (nowait || nb > deadline) {
-      if (wait_ms != NULL)
-        *wait_ms = (nb - now + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
-      return throttle__fail(h, nowait ? THROTTLE_EWOULDBLOCK
-                                      : THROTTLE_ETIMEDOUT,
-                            "%s: not before its back-off (%s)", key, why);
-    }
-    if (throttle__sleep(h, &word, 0, nb - now) != 0)
-      return throttle__fail(h, THROTTLE_EINTR, "%s: interrupted", key);
-  }
+/* No longer waiting beyond the slots (registered, or giving up). */
+static void ovf_done(struct throttle__rec *r, bool *ovf) {
+  if (*ovf && r->ovf_waiters > 0)
+    r->ovf_waiters--;
+  *ovf = false;
 }
 
 /* Wait until t is admitted (its slot holding), from scratch or, when
@@ -463,6 +448,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
+  bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
   struct wake w = {.n = 0};
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -477,7 +463,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         t = NULL;
         throttle__fail(h, rc, "%s", why);
       }
-      rc = honour_unlocked(h, key, len, rc, nowait, deadline, wait_ms);
+      rc = throttle__honour_nb_unlocked(h, key, len, rc, nowait, deadline,
+                                        wait_ms);
       break;
     }
     uint64_t now = throttle__now_ns();
@@ -493,6 +480,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       registered = false; /* reclaimed under us (lease, or a bad writer) */
     }
     if (!registered && gen_taken && r->cancel_gen != cancel_gen) {
+      ovf_done(r, &ovf);
       /* Canceled since we arrived, while we had no slot (more callers
        * than slots) or lost ours: a cancel ends every caller waiting at
        * its moment, not only those it found in a slot. */
@@ -522,17 +510,26 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         s->start = self.start;
         s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
-        s->ticket = next_ticket_locked(h, r);
+        /* the ticket of the first arrival, if it had to wait beyond the
+         * slots: its place in the queue is when it came */
+        s->ticket = t->ticket != 0 ? t->ticket : next_ticket_locked(h, r);
         s->since_ns = now;
         s->since_mono_ns = throttle__mono_ns();
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
         registered = true;
+        ovf_done(r, &ovf);
+      } else if (!ovf) {
+        ovf = true;
+        if (r->ovf_waiters < UINT32_MAX)
+          r->ovf_waiters++;
+        if (t->ticket == 0)
+          t->ticket = next_ticket_locked(h, r);
       }
     }
     if (s != NULL && s->state == THROTTLE__SLOT_CANCELED) {
-      free_slot(s);
+      free_slot(r, s);
       sat_inc(&r->canceled);
       throttle__unlock(h);
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
@@ -572,8 +569,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
     if (nowait || interrupted || now >= deadline ||
         (nb > now && nb > deadline)) {
+      ovf_done(r, &ovf);
       if (s != NULL)
-        free_slot(s);
+        free_slot(r, s);
       grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
       throttle__unlock(h);
       wake_all(&w);
@@ -602,9 +600,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     /* Sleep until granted, or until time alone may open the gate (with
      * jitter, so the sleepers of one key do not all take the mutex in the
      * same instant), or the re-check bound, or the deadline. */
-    uint64_t until = now + POLL_NS;
-    if (s == NULL)
-      until = now + 20 * THROTTLE__NS_PER_MS; /* no slot: poll */
+    uint64_t until = now + POLL_NS; /* beyond the slots too: free_slot()
+                                       wakes the epoch */
     if (next != UINT64_MAX && next < until)
       until = throttle__sat_add(
           next, throttle__random() % (THROTTLE__JITTER_MAX_NS / 5 + 1));
@@ -687,7 +684,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     s->probe = 0;
     s->since_ns = now;
   } else if (s != NULL) {
-    free_slot(s);
+    free_slot(r, s);
   }
   if (probe) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);

@@ -83,9 +83,10 @@ struct throttle__hdr {
   _Atomic uint64_t max_delay_ns;
 };
 
-/* Participants of one key: holders and waiters.  A key with more than
- * THROTTLE__SLOTS participants at once makes the extra callers poll (see
- * gate.c); caps are therefore at most THROTTLE__SLOTS. */
+/* Participants of one key: holders and waiters.  Callers beyond
+ * THROTTLE__SLOTS participants wait on the record's epoch with their
+ * arrival ticket until a slot frees (see gate.c); caps are therefore at
+ * most THROTTLE__SLOTS. */
 #define THROTTLE__SLOTS 32u
 #define THROTTLE__DEFAULT_LEASE_MS UINT64_C(600000)
 enum {
@@ -147,6 +148,9 @@ struct throttle__rec {
   uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
   uint32_t auto_oks;      /* successes since the last change */
   uint32_t auto_fails;    /* raises that failed in a row (probing back-off) */
+  uint32_t ovf_waiters;   /* callers waiting beyond the slots (a hint: a
+                             crashed one leaves it high, costing wakes) */
+  uint32_t pad_;
   /* Counters: */
   uint64_t admitted;
   uint64_t locked;
@@ -326,6 +330,12 @@ bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 /* backoff.c */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
+/* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
+ * not-before readable without it, then return lock_rc (fail open), or
+ * THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR as that wait ends. */
+int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
+                                 int lock_rc, int nowait, uint64_t deadline,
+                                 uint64_t *wait_ms);
 
 /* gate_live.c */
 struct throttle__self_id {

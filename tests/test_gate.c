@@ -713,6 +713,33 @@ static void test_gate_requeue_keeps_fifo_place(void **state) {
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
 }
 
+/* More callers than participant slots queue in arrival order: those
+ * beyond the slots keep the place they arrived at, whoever takes a freed
+ * slot first. */
+static void test_gate_beyond_slots_in_arrival_order(void **state) {
+  struct th_fx *fx = *state;
+  struct obs *o = obs_new();
+  throttle_ticket_t *t;
+  throttle_t *h = hold_only_slot(fx, &t);
+  enum { IN_SLOTS = 31, N = 36 }; /* with the holder: 5 beyond the slots */
+  struct worker w[N];
+  pid_t pid[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (struct worker){fx, o, i, 1, 2, THROTTLE_CLASS_LIVE, 0, 0};
+    pid[i] = th_spawn(fx, worker_main, &w[i]);
+    if (i < IN_SLOTS)
+      th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, i + 1, HANG_MS);
+    else
+      th_sleep_ms(150); /* unseen beyond the slots: time to arrive */
+  }
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_LIVE), IN_SLOTS);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  for (int i = 0; i < N; i++)
+    th_reap_ok(fx, pid[i], HANG_MS);
+  for (int k = 0; k < N; k++)
+    assert_int_equal(atomic_load(&o->order[k]), k);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -858,6 +885,7 @@ int main(void) {
       T(test_gate_ticket_left_from_forked_child),
       T(test_gate_huge_values_saturate),
       T(test_gate_requeue_keeps_fifo_place),
+      T(test_gate_beyond_slots_in_arrival_order),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),
