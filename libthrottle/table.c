@@ -366,7 +366,7 @@ void throttle__repair_locked(throttle_t *h) {
  * microseconds a slot, so the work under the mutex stays bounded), and the
  * first that comes out idle is the victim. */
 static uint32_t reap_victim_locked(throttle_t *h, uint64_t now) {
-  uint32_t tried[REAP_TRIES];
+  uint32_t tried[REAP_TRIES] = {0};
   for (int n = 0; n < REAP_TRIES; n++) {
     uint32_t best = UINT32_MAX;
     uint64_t oldest = UINT64_MAX;
