@@ -501,7 +501,7 @@ static int ns_holder(void *arg) {
   pid_t g = fork();
   if (g == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) != 0) {
       fprintf(stderr, "mount /proc: %s\n", strerror(errno));
@@ -584,7 +584,7 @@ static void test_multiproc_other_pid_namespace_holder_kept(void **state) {
 static int hidden_proc_reader(void *arg) {
   struct th_fx *fx = arg;
   if (unshare(CLONE_NEWNS) != 0 ||
-      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
       mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
     fprintf(stderr, "hiding /proc: %s\n", strerror(errno));
     return SKIP_STATUS;
