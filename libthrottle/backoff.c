@@ -142,6 +142,8 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "publish a back-off");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
@@ -324,6 +326,8 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "clear a back-off");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
@@ -349,6 +353,8 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
 THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "reset the back-offs");
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;
