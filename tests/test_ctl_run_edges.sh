@@ -1,0 +1,98 @@
+#!/bin/sh
+# test_ctl_run_edges.sh — `throttlectl run` with real processes and real
+# signals: a FIFO for the Retry-After file does not hang it; CMD leads a
+# process group of its own, and a process-group SIGTERM or timeout(1)
+# reaches it once; the admission lasts until CMD's children are gone, and
+# they do not outlive a kill -9 of run; --segment reaches CMD; a CMD that
+# exits 75 after a forwarded signal publishes nothing.  Hang guards only,
+# no timing assertions.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+B=${B:-build}
+case "$B" in /*) ;; *) B="$top/$B" ;; esac
+ctl="$B/throttlectl"
+name=ctl-run-edges
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 0; }
+. "$top/tests/scenario.sh"
+
+# ---- run --------------------------------------------------------------------
+guard "$ctl" run --retries 0 kf -- sh -c \
+  'rm -f "$THROTTLE_RETRY_AFTER_FILE"; mkfifo "$THROTTLE_RETRY_AFTER_FILE"; exit 75' \
+  >/dev/null 2>&1
+check "run: a FIFO for the Retry-After file does not hang it" 75 $?
+"$ctl" clear kf >/dev/null
+
+out=$("$ctl" --segment /tt-edges-other-$$ run ks -- sh -c 'echo "$THROTTLE_SEGMENT"')
+check "run --segment reaches CMD as THROTTLE_SEGMENT" "/tt-edges-other-$$" "$out"
+"$ctl" --segment /tt-edges-other-$$ rm >/dev/null 2>&1
+
+# Structurally: CMD leads a process group of its own, so that no signal to
+# run's group reaches it directly (a second one would come from run).
+out=$(setsid "$ctl" run kp -- python3 -c 'import os; print(os.getpgrp() == os.getpid())')
+check "run: CMD runs in a process group of its own" True "$out"
+
+# CMD counts every SIGTERM delivered to it (the wakeup fd gets a byte per
+# delivery, where a shell's trap would merge two that come close together),
+# and runs on for 2 s.
+cat >"$tmp/count.py" <<'EOF'
+import os, signal, sys, time
+r, w = os.pipe()
+os.set_blocking(r, False)
+os.set_blocking(w, False)
+signal.signal(signal.SIGTERM, lambda *a: None)
+signal.set_wakeup_fd(w)
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    time.sleep(0.05)
+try:
+    n = len(os.read(r, 100))
+except BlockingIOError:
+    n = 0
+open(sys.argv[1], "w").write("%d\n" % n)
+EOF
+setsid "$ctl" run kg -- python3 "$tmp/count.py" "$tmp/terms" >/dev/null 2>&1 &
+p=$!
+sleep 0.7
+env kill -TERM -- -$p
+wait $p
+check "a SIGTERM to run's process group reaches CMD once" 1 "$(cat "$tmp/terms")"
+
+timeout -s TERM 0.7 "$ctl" run kt -- python3 "$tmp/count.py" "$tmp/terms" \
+  >/dev/null 2>&1
+check "timeout(1) reaches CMD once" 1 "$(cat "$tmp/terms")"
+
+# The admission lasts until CMD's children are gone.
+: >"$tmp/kids"
+guard "$ctl" run --max-parallel 1 kc -- sh -c \
+  '(sleep 1; echo child-done >>"$0") & exit 0' "$tmp/kids" >/dev/null 2>&1
+check "run returns after CMD's background child" "child-done" "$(cat "$tmp/kids")"
+
+# A grandchild beats on a file; kill -9 of run: the beat stops.
+setsid "$ctl" run --max-parallel 1 kk -- sh -c \
+  'echo $$ >"$0.pid"; (while :; do echo b >>"$0"; sleep 0.1; done) & wait' \
+  "$tmp/hb" >/dev/null 2>&1 &
+p=$!
+i=0
+while [ ! -s "$tmp/hb" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+kill -KILL $p
+wait $p 2>/dev/null
+sleep 2.5 # the keeper's grace is 1 s
+a=$(wc -l <"$tmp/hb")
+sleep 0.6
+b=$(wc -l <"$tmp/hb")
+check "kill -9 of run: CMD's children do not outlive it" "$a" "$b"
+g=$(cat "$tmp/hb.pid" 2>/dev/null) && env kill -KILL -- -"$g" 2>/dev/null
+
+# CMD told to stop exits 75: nothing is published.
+setsid "$ctl" run kx -- sh -c 'trap "exit 75" TERM; sleep 5 & wait' >/dev/null 2>"$tmp/err" &
+p=$!
+sleep 0.7
+kill -TERM $p
+wait $p
+check "CMD exiting 75 after a forwarded SIGTERM: run exits 75" 75 $?
+"$ctl" wait kx --timeout 0 >/dev/null 2>&1
+check "  and no back-off was published" 0 $?
+
+
+echo "test_ctl_run_edges: $fails failed"
+[ "$fails" -eq 0 ]
