@@ -33,7 +33,8 @@ check "run: CMD runs in a process group of its own" True "$out"
 
 # CMD counts every SIGTERM delivered to it (the wakeup fd gets a byte per
 # delivery, where a shell's trap would merge two that come close together),
-# and runs on for 2 s.
+# says it is ready once its handler is in place, and ends 1.5 s after the
+# first SIGTERM (or after 20 s).
 cat >"$tmp/count.py" <<'EOF'
 import os, signal, sys, time
 r, w = os.pipe()
@@ -41,23 +42,33 @@ os.set_blocking(r, False)
 os.set_blocking(w, False)
 signal.signal(signal.SIGTERM, lambda *a: None)
 signal.set_wakeup_fd(w)
-end = time.monotonic() + 2
+open(sys.argv[1] + ".ready", "w").close()
+n, end = 0, time.monotonic() + 20
 while time.monotonic() < end:
     time.sleep(0.05)
-try:
-    n = len(os.read(r, 100))
-except BlockingIOError:
-    n = 0
+    try:
+        got = len(os.read(r, 100))
+    except BlockingIOError:
+        got = 0
+    if got and n == 0:
+        end = time.monotonic() + 1.5
+    n += got
 open(sys.argv[1], "w").write("%d\n" % n)
 EOF
+ready() { # file: wait for it (at most 20 s)
+  i=0
+  while [ ! -e "$1" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+}
 setsid "$ctl" run kg -- python3 "$tmp/count.py" "$tmp/terms" >/dev/null 2>&1 &
 p=$!
-sleep 0.7
+ready "$tmp/terms.ready"
 env kill -TERM -- -$p
 wait $p
 check "a SIGTERM to run's process group reaches CMD once" 1 "$(cat "$tmp/terms")"
 
-timeout -s TERM 0.7 "$ctl" run kt -- python3 "$tmp/count.py" "$tmp/terms" \
+# timeout(1) signals run, then its own group: once to CMD all the same.
+rm -f "$tmp/terms" "$tmp/terms.ready"
+timeout -s TERM 4 "$ctl" run kt -- python3 "$tmp/count.py" "$tmp/terms" \
   >/dev/null 2>&1
 check "timeout(1) reaches CMD once" 1 "$(cat "$tmp/terms")"
 
@@ -84,9 +95,10 @@ check "kill -9 of run: CMD's children do not outlive it" "$a" "$b"
 g=$(cat "$tmp/hb.pid" 2>/dev/null) && env kill -KILL -- -"$g" 2>/dev/null
 
 # CMD told to stop exits 75: nothing is published.
-setsid "$ctl" run kx -- sh -c 'trap "exit 75" TERM; sleep 5 & wait' >/dev/null 2>"$tmp/err" &
+setsid "$ctl" run kx -- sh -c 'trap "exit 75" TERM; : >"$0"; sleep 20 & wait' \
+  "$tmp/kx.ready" >/dev/null 2>"$tmp/err" &
 p=$!
-sleep 0.7
+ready "$tmp/kx.ready"
 kill -TERM $p
 wait $p
 check "CMD exiting 75 after a forwarded SIGTERM: run exits 75" 75 $?
