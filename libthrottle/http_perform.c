@@ -444,11 +444,13 @@ static enum step attempt(struct call *c, throttle_ticket_t *ticket) {
                                sizeof r->message);
   uint64_t ra = 0;
   int have_ra = retry_after(c->easy, &ra);
-  if (status == 409 && o == THROTTLE_OUTCOME_PERMANENT &&
-      (crc == THROTTLE_ENOMEM || (r->code[0] == 0 && have_ra))) {
+  if (status == 409 &&
+      ((o == THROTTLE_OUTCOME_PERMANENT &&
+        (crc == THROTTLE_ENOMEM || (r->code[0] == 0 && have_ra))) ||
+       (o == THROTTLE_OUTCOME_FAILED && have_ra))) {
     /* No code could be read (compressed in a coding not decoded here, not
      * JSON, cut short, out of memory) but the server said when to come
-     * back: that is no final conflict. */
+     * back: that is no final conflict, and what it said is published. */
     o = crc == THROTTLE_ENOMEM && !have_ra ? THROTTLE_OUTCOME_FAILED
                                            : THROTTLE_OUTCOME_LOCKED;
     say(p, "attempt %u: HTTP 409 without a readable code but with "

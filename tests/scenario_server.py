@@ -35,6 +35,7 @@ described answer, later ones 200 "ok\\n":
   bom=1        a UTF-8 byte order mark before the body
   gzip=1       the body gzip-compressed, with Content-Encoding: gzip
   cut=1        announce 100 more bytes than are sent, then close
+  cutat=N      send only the first N bytes of the body (with cut=1)
   never=1      read the request, then never answer (until shutdown)
 
 Nothing here is shared between tests: each test starts its own server.
@@ -112,6 +113,8 @@ class Handler(BaseHTTPRequestHandler):
         for v in q.get("ra", []):
             extra.append(("Retry-After",
                           http_date(v) if v.startswith("date") else v))
+        if "cutat" in q:
+            body = body[:int(one("cutat"))]
         self.send(status, body, ctype, extra, cut=one("cut") == "1")
 
     def read_body(self):

@@ -249,6 +249,16 @@ static void test_http_edges_cut_body_honours_retry_after(void **state) {
   expect(f, h, lock, p, THROTTLE_CURL_OK, 2);
   assert_gap(f, lock, 2000);
   throttle_curl_policy_free(p);
+  /* cut inside the JSON, after the code: still a lock, and published */
+  struct lines log = {0};
+  p = policy(&log);
+  const char *mid =
+      "/cutmid?status=409&code=RESOURCE_LOCKED&ra=2&cut=1&cutat=37";
+  expect(f, h, mid, p, THROTTLE_CURL_OK, 2);
+  print_message("%s", log.text);
+  assert_gap(f, mid, 2000);
+  assert_non_null(strstr(log.text, "-> locked; published not-before"));
+  throttle_curl_policy_free(p);
 }
 
 /* Two Retry-After lines, or one line with a list: the largest counts. */
