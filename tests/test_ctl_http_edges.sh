@@ -31,6 +31,17 @@ check "the code is shown escaped" 0 $?
 grep -q 'k-\\x9b-x' "$tmp/err"
 check "the key is shown escaped" 0 $?
 
+# ls and show print keys read from shared memory: the same rule.
+"$ctl" backoff "c1-$(printf '\302\233')-$(printf '\233')-$(printf '\033')]0;t" 30 >/dev/null
+"$ctl" ls >"$tmp/ls" 2>&1
+has_hex "ls: no ESC" "$tmp/ls" " 1b "
+has_hex "ls: no UTF-8 C1" "$tmp/ls" " c2 9b "
+has_hex "ls: no raw C1" "$tmp/ls" " 9b "
+"$ctl" show "c1-$(printf '\302\233')-$(printf '\233')-$(printf '\033')]0;t" >"$tmp/show" 2>&1
+has_hex "show: no C1 or ESC" "$tmp/show" " 9b "
+grep -q 'c1-\\u009b-\\x9b-\\x1b\]0;t' "$tmp/show"
+check "show: the key is shown escaped" 0 $?
+
 # ---- arguments --------------------------------------------------------------
 guard "$ctl" http k -H 'X-Bad;Name: v' "$U/hdr?n=0" >/dev/null 2>"$tmp/err"
 check "-H with ';' inside the name: usage error" 64 $?
