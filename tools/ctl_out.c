@@ -15,7 +15,7 @@
  * names, the library's messages and servers' words, and any of them may
  * hold bytes that would drive the terminal. */
 void ctl_say(const char *fmt, ...) {
-  char line[1024], *big = NULL;
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
   /* va_start is just above (a known false positive of
@@ -24,14 +24,15 @@ void ctl_say(const char *fmt, ...) {
   va_end(ap);
   if (n < 0)
     return;
-  if ((size_t)n >= sizeof line && (big = malloc((size_t)n + 1)) != NULL) {
+  size_t len = (size_t)n;
+  char *big = len >= sizeof line ? malloc(len + 1) : NULL;
+  if (big != NULL) {
     va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
+    vsnprintf(big, len + 1, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
     va_end(ap);
+  } else if (len >= sizeof line) {
+    len = sizeof line - 1; /* no memory: the message cut */
   }
-  size_t len = big != NULL ? (size_t)n
-               : (size_t)n < sizeof line ? (size_t)n
-                                         : sizeof line - 1;
   fputs(PROG ": ", stderr);
   ctl_text_put(stderr, big != NULL ? big : line, len, false);
   fputc('\n', stderr);
