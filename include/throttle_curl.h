@@ -240,7 +240,11 @@ THROTTLE_EXTERN int throttle_curl_policy_set_log(throttle_curl_policy_t *p,
                                                  throttle_curl_log_fn fn,
                                                  void *userdata);
 
-/* The same, as lines "throttle: ...\n" written to f (NULL: off).
+/* The same, as lines "throttle: ...\n" written to f (NULL: off).  Lines
+ * carry the key and the server's error.code; control bytes in them (C0,
+ * DEL, C1 raw or UTF-8-encoded) are written as \xHH, so that a server
+ * cannot drive a terminal.  A function set with
+ * throttle_curl_policy_set_log() gets the line as it is.
  * Errors: THROTTLE_EINVAL (p is NULL). */
 THROTTLE_EXTERN int throttle_curl_policy_set_log_file(throttle_curl_policy_t *p,
                                                       FILE *f);

@@ -438,6 +438,32 @@ static void test_http_edges_jitter_differs_across_forks(void **state) {
                  (unsigned long long)got[i]);
 }
 
+/* The library's own log file writer: a server's error.code with ESC and a
+ * C1 CSI (raw and UTF-8-encoded) reaches it as \xHH, while other UTF-8
+ * passes. */
+static void test_http_edges_log_file_is_terminal_safe(void **state) {
+  struct fx *f = *state;
+  throttle_t *h = th_open(f->th);
+  throttle_curl_policy_t *p = policy(NULL);
+  FILE *log = tmpfile();
+  assert_non_null(log);
+  assert_int_equal(throttle_curl_policy_set_log_file(p, log), 0);
+  expect(f, h, "/esc?status=409&code=%1B%5D0%3Bt%07%C2%9B%C5%91", p,
+         THROTTLE_CURL_PERMANENT, 1);
+  rewind(log);
+  char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, log);
+  text[n] = 0;
+  fclose(log);
+  print_message("%s", text);
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)text[i] < 0x20 && text[i] != '\n')
+      fail_msg("control byte 0x%02x in the log", (unsigned char)text[i]);
+  assert_null(strstr(text, "\xc2\x9b"));
+  assert_non_null(strstr(text, "\\x1b]0;t\\x07\\x9b\xc5\x91"));
+  throttle_curl_policy_free(p);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -456,6 +482,7 @@ int main(void) {
       T(test_http_edges_rfc850_four_digit_year),
       T(test_http_edges_retry_after_zero_is_now),
       T(test_http_edges_unrewound_upload_fails),
+      T(test_http_edges_log_file_is_terminal_safe),
       cmocka_unit_test(test_http_edges_jitter_differs_across_forks),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
