@@ -28,7 +28,8 @@ check "run --segment reaches CMD as THROTTLE_SEGMENT" "/tt-edges-other-$$" "$out
 
 # Structurally: CMD leads a process group of its own, so that no signal to
 # run's group reaches it directly (a second one would come from run).
-out=$(setsid "$ctl" run kp -- python3 -c 'import os; print(os.getpgrp() == os.getpid())')
+out=$(setsid "$ctl" run kp -- python3 -c \
+  'import os; print(os.getpgrp() != os.getpgid(os.getppid()))')
 check "run: CMD runs in a process group of its own" True "$out"
 
 # CMD counts every SIGTERM delivered to it (the wakeup fd gets a byte per
@@ -92,6 +93,8 @@ a=$(wc -l <"$tmp/hb")
 sleep 0.6
 b=$(wc -l <"$tmp/hb")
 check "kill -9 of run: CMD's children do not outlive it" "$a" "$b"
+check "  the slot is free for the next run" 0 \
+  "$(guard "$ctl" run --timeout 5 kk -- true >/dev/null 2>&1; echo $?)"
 g=$(cat "$tmp/hb.pid" 2>/dev/null) && env kill -KILL -- -"$g" 2>/dev/null
 
 # CMD told to stop exits 75: nothing is published.

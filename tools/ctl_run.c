@@ -14,10 +14,11 @@
  * The holder of the admission is this process, not CMD: CMD runs in a
  * child that leads a process group of its own, and the slot is given back
  * when that whole group is gone (CMD's background children included), or
- * reclaimed when this process dies.  In that case CMD gets SIGTERM
- * (PR_SET_PDEATHSIG), and a keeper process left in the group sends SIGTERM
- * to the group, then SIGKILL a second later: left running, they would go
- * on without the slot that someone else now holds (I5).  A descendant that
+ * reclaimed when this process dies.  In that case a keeper process that
+ * leads CMD's group sends SIGTERM to the group, once, then SIGKILL a second
+ * later: left running, CMD and its children would go on without the slot
+ * that someone else now holds (I5).  (PR_SET_PDEATHSIG only when the
+ * keeper could not be started: it reaches CMD alone.)  A descendant that
  * leaves the group (setsid) escapes both; docs/throttlectl.md says so.
  * Exit statuses follow the shell: CMD's own status, 126/127 when it cannot
  * be executed, 128 + N when signal N ended it.
@@ -232,14 +233,18 @@ static void tty_give(int fd, pid_t pgid) {
   sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-/* The keeper: a small process in CMD's group that outlives this one.  If
- * this process dies without saying goodbye (kill -9), the library reclaims
- * its slot, and CMD's children (which PR_SET_PDEATHSIG does not reach)
- * would go on without it (I5): the keeper then sends SIGTERM to the group,
- * and SIGKILL KEEPER_GRACE_MS later (to itself too, last).  Returns the
- * write end to say goodbye on (one byte, then close), or -1. */
+/* The keeper: a small process that leads CMD's process group and outlives
+ * this one.  If this process dies without saying goodbye (kill -9), the
+ * library reclaims its slot, and CMD and its children would go on without
+ * it (I5): the keeper then sends SIGTERM to the group, and SIGKILL
+ * KEEPER_GRACE_MS later (to itself too, last).  It is forked before CMD,
+ * so that CMD can join its group at once, and it stands in for
+ * PR_SET_PDEATHSIG (which reaches CMD only, and would be a second SIGTERM
+ * for it).  Its pid names the group and cannot be reused while the group
+ * lives.  Returns the write end to say goodbye on (one byte, then close)
+ * and the group in *pgid, or -1 (then CMD leads a group of its own). */
 #define KEEPER_GRACE_MS 1000
-static int keeper_start(pid_t pgid) {
+static int keeper_start(pid_t *pgid) {
   int kfd[2];
   if (pipe2(kfd, O_CLOEXEC) != 0)
     return -1;
@@ -251,32 +256,39 @@ static int keeper_start(pid_t pgid) {
   }
   if (k == 0) {
     close(kfd[1]);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC); /* hold no pipe open */
+    /* Hold nothing of this process's open: a pipe a caller reads to its
+     * end must not wait for the keeper. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
       dup2(null, STDIN_FILENO);
       dup2(null, STDOUT_FILENO);
       dup2(null, STDERR_FILENO);
     }
+    if (dup2(kfd[0], 3) == 3) {
+      kfd[0] = 3;
+      close_range(4, ~0u, 0);
+    }
     signal(SIGTERM, SIG_IGN); /* its own SIGTERM to the group */
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
-    if (setpgid(0, pgid) != 0)
-      _exit(0); /* the group is gone already */
+    setpgid(0, 0);
     char b;
     ssize_t n;
     while ((n = read(kfd[0], &b, 1)) < 0 && errno == EINTR)
       ;
     if (n == 1)
-      _exit(0); /* goodbye: the group is this process's again */
-    kill(-pgid, SIGTERM);
+      _exit(0); /* goodbye */
+    kill(0, SIGTERM);
     struct timespec ts = {KEEPER_GRACE_MS / 1000,
                           (KEEPER_GRACE_MS % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
       ;
-    kill(-pgid, SIGKILL);
+    kill(0, SIGKILL);
     _exit(0);
   }
   close(kfd[0]);
+  setpgid(k, k); /* also here: the group exists before CMD joins it */
+  *pgid = k;
   return kfd[1];
 }
 
@@ -315,29 +327,41 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     setenv(RETRY_AFTER_ENV, retry_path, 1);
   else
     unsetenv(RETRY_AFTER_ENV);
+  fflush(stdout);
+  fflush(stderr);
+  /* Before the pipe below: the keeper must not hold its write end. */
+  pid_t pgid = 0;
+  int keeper = keeper_start(&pgid);
   /* CLOEXEC: closed by a successful exec, so EOF says CMD started. */
   if (pipe2(pfd, O_CLOEXEC) != 0) {
     ctl_say("cannot run %s: pipe: %s", argv[0], strerror(errno));
+    if (keeper >= 0) {
+      close(keeper); /* no goodbye: it ends its (empty) group, and itself */
+      group_wait(pgid);
+    }
     return -1;
   }
   int tty = tty_fd();
-  fflush(stdout);
-  fflush(stderr);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     ctl_say("cannot run %s: fork: %s", argv[0], strerror(errno));
     close(pfd[0]);
     close(pfd[1]);
+    if (keeper >= 0) {
+      close(keeper); /* no goodbye: it ends its (empty) group, and itself */
+      group_wait(pgid);
+    }
     return -1;
   }
   if (pid == 0) {
     close(pfd[0]);
-    setpgid(0, 0);
-    tty_give(tty, getpid());
-    /* Ends CMD if we die; kept across execve.  If we died already, the
-     * signal will not come: stop here. */
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent)
+    setpgid(0, pgid);
+    tty_give(tty, getpgrp());
+    /* Without a keeper: ends CMD if we die; kept across execve.  If we
+     * died already, the signal will not come: stop here. */
+    if (keeper < 0 && prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 &&
+        getppid() != parent)
       _exit(128 + SIGTERM);
     sigprocmask(SIG_SETMASK, &saved_mask, NULL);
     execvp(argv[0], argv);
@@ -347,11 +371,12 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     _exit(e == ENOENT ? 127 : 126);
   }
   close(pfd[1]);
-  setpgid(pid, pid); /* also here: whichever runs first */
-  tty_give(tty, pid);
-  int keeper = keeper_start(pid);
+  if (pgid == 0)
+    pgid = pid;
+  setpgid(pid, pgid); /* also here: whichever runs first */
+  tty_give(tty, pgid);
   sent_mask = 0;
-  child_pgid = pid;
+  child_pgid = pgid;
   handlers_install();
   unblock_forwarded(); /* a signal that came meanwhile is forwarded now */
 
@@ -369,7 +394,7 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     (void)w;
     close(keeper);
   }
-  group_wait(pid);
+  group_wait(pgid);
   tty_give(tty, getpgrp());
   block_forwarded();
   child_pgid = 0;
