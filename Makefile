@@ -56,7 +56,7 @@ CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h
 # that only need the core do not pull in libcurl.
 HTTP_SRC := $(sort $(wildcard libthrottle/http*.c))
 HTTP_HDR := include/throttle_curl.h libthrottle/http_internal.h
-LDLIBS_HTTP := -lcurl -ljansson
+LDLIBS_HTTP := -lcurl -ljansson -lz
 
 CORE_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/obj/%.o)
 HTTP_OBJ := $(HTTP_SRC:libthrottle/%.c=$(B)/obj/%.o)
