@@ -91,9 +91,11 @@ static void check_one(const char *v, time_t now) {
   } else if (p.rc == 0) {
     CHECK(p.ms % 1000 == 0 || p.ms == UINT64_MAX, "date \"%s\": %llu ms", v,
           (unsigned long long)p.ms);
-    /* A two-digit year is resolved against now: only for a now before
-     * 2514 is it sure to stay within four digits. */
-    if (now >= 0 && (now < (INT64_C(1) << 34) || strchr(v, '-') == NULL)) {
+    /* A two-digit year (RFC 850, or an IMF-fixdate written with one) is
+     * resolved against now: only for a now before 2514 is it sure to stay
+     * within four digits.  Past that, a four-digit year is in the past and
+     * gives 0, which the bound below allows anyway. */
+    if (now >= 0 && now < (INT64_C(1) << 34)) {
       uint64_t max = now >= YEAR_9999_END
                          ? 0
                          : (uint64_t)(YEAR_9999_END - now) * 1000;

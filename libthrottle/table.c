@@ -462,19 +462,30 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   int rc = 0;
   if (h->hdr->tombstones > (h->bucket_mask + 1) / 4)
     rebuild_locked(h);
-  uint32_t fi = h->hdr->free_head;
+  /* free_head is shared memory that a hostile writer may change at any
+   * instant, even under the mutex (I8): it is read once per use and
+   * checked before it indexes anything. */
+  uint32_t fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
   if (fi == 0 || fi > h->capacity ||
       h->recs[fi - 1].state != THROTTLE__REC_FREE) {
     if (fi != 0) /* damaged free list: rebuild before trusting it */
       rebuild_locked(h);
-    if (h->hdr->free_head == 0 && evict_one_locked(h, now) != 0) {
+    fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
+    if (fi == 0 && evict_one_locked(h, now) != 0) {
       rc = throttle__fail(h, THROTTLE_EFULL,
                           "%s: all %u keys have a back-off pending; raise "
                           "THROTTLE_KEYS (and throttlectl rm) or wait",
                           h->name, h->capacity);
       goto out;
     }
-    fi = h->hdr->free_head;
+    fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
+    if (fi == 0 || fi > h->capacity) {
+      rc = throttle__fail(h, THROTTLE_ECORRUPT,
+                          "%s: the free list changed under the mutex "
+                          "(a writer outside the library)",
+                          h->name);
+      goto out;
+    }
   }
   uint32_t idx = fi - 1;
   r = &h->recs[idx];
