@@ -106,7 +106,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(EWOULDBLOCK, -18, "the call would have to wait")                          \
   XX(ECANCELED, -19, "canceled")                                               \
   XX(ESYS, -20, "system call failed")                                          \
-  XX(ESYMLINK, -21, "segment path is a symbolic link")
+  XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
+  XX(EBACKEND, -22, "the backend module cannot be loaded")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -177,6 +178,20 @@ enum {
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);
 
+/* Share keys across hosts: "redis://[:PASSWORD@]HOST[:PORT][/DB]",
+ * "unix:///PATH/redis.sock[?db=N]", or "shm" (the host's segment alone,
+ * the default).  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
+ * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
+ * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
+ * libthrottle, or the loader's search path.  The segment stays open: while
+ * Redis is unreachable, calls are served there (for this host's processes)
+ * and throttle_errmsg() says so; they go back to Redis when it answers.
+ * Redis is then the only clock (see README, "Across hosts").
+ * Errors: THROTTLE_EINVAL (NULL, empty or longer than 500 bytes; a URL of
+ * an unknown form is refused by throttle_open()), THROTTLE_ENOMEM. */
+THROTTLE_EXTERN int throttle_config_set_backend(throttle_config_t *cfg,
+                                                const char *url);
+
 /* ---- Handles --------------------------------------------------------- */
 
 typedef struct throttle throttle_t;
@@ -193,7 +208,10 @@ typedef struct throttle throttle_t;
  * Errors: THROTTLE_EINVAL (out is NULL), THROTTLE_ENOMEM (*out is NULL),
  * THROTTLE_ESHM, THROTTLE_ENOSPC, THROTTLE_ESYMLINK, THROTTLE_EMAGIC,
  * THROTTLE_EVERSION, THROTTLE_EFINGERPRINT, THROTTLE_ESIZE, THROTTLE_EOWNER,
- * THROTTLE_EMODE, THROTTLE_EINITTIMEOUT, THROTTLE_ESYS. */
+ * THROTTLE_EMODE, THROTTLE_EINITTIMEOUT, THROTTLE_ESYS; and for a backend
+ * (throttle_config_set_backend): THROTTLE_EINVAL (a URL of no known form),
+ * THROTTLE_EBACKEND (the module is missing or foreign); the handle then
+ * works on the segment alone, unless THROTTLE_NO_FALLBACK. */
 THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
                                   throttle_t **out);
 

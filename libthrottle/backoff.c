@@ -9,7 +9,7 @@
  * record (table.c), or on a miss a hash and a probe.  Everything that
  * changes a record takes the mutex, and nothing sleeps with it held.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +86,7 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_backoff(h, key, delay_ms));
   uint64_t delay = sat_mul_ms(delay_ms);
   if (delay > h->max_delay_ns)
     delay = h->max_delay_ns;
@@ -124,6 +125,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_remaining(h, key, ms));
   uint64_t nb;
   struct throttle__rec *r;
   rc = read_nb(h, key, len, &nb, &r, NULL);
@@ -183,6 +185,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
   /* The hot path: open and not held by the gate.  No clock, no lock. */
   uint64_t nb;
   struct throttle__rec *r;
@@ -262,6 +265,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_clear(h, key));
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
     return rc;
@@ -284,6 +288,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
 THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
   if (h == NULL)
     return THROTTLE_EINVAL;
+  THROTTLE__BE_TRY(h, throttle__be_clear(h, NULL));
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;
@@ -366,6 +371,7 @@ THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_info(h, key, out));
   throttle_info_t *info = throttle__malloc(sizeof *info);
   if (info == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
@@ -396,6 +402,7 @@ THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
                                      void *arg) {
   if (h == NULL || fn == NULL)
     return THROTTLE_EINVAL;
+  THROTTLE__BE_TRY(h, throttle__be_foreach(h, fn, arg));
   /* Allocate before locking (never malloc with the mutex held), sized by
    * the keys in use plus room to grow; if more arrived meanwhile, retry
    * with a larger buffer.  A full table costs capacity snapshots, an

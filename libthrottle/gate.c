@@ -32,7 +32,7 @@
  * more room costs a refused request (and one back-off) every few hundred
  * successes at most.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +54,7 @@ struct throttle_ticket {
   uint32_t slot;
   int probe;
   size_t len;
+  void *be; /* the backend's admission (backend.h), or NULL */
   char key[THROTTLE__KEY_MAX + 1];
 };
 
@@ -466,6 +467,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   memcpy(t->key, key, len);
   t->hash = throttle__hash(h->seed, key, len);
   t->slot = UINT32_MAX;
+  if (h->be != NULL) {
+    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+                            &t->probe, wait_ms);
+    if (rc == 0) {
+      *out = t;
+      return 0;
+    }
+    if (rc != THROTTLE__BE_DOWN) {
+      throttle__free(t);
+      return rc;
+    }
+  }
   uint64_t start = throttle__now_ns();
   uint64_t deadline =
       timeout_ms == THROTTLE_FOREVER
@@ -634,6 +647,16 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   if (bad_outcome) { /* still give the slot back, as abandoned */
     outcome = THROTTLE_OUTCOME_ABANDONED;
     retry_after_ms = 0;
+  }
+  if (t->be != NULL) {
+    /* Down: the admission lapses in Redis, and a published back-off goes
+     * into this host's segment (the slot below is none of the segment's). */
+    int brc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
+    t->be = NULL;
+    if (brc != THROTTLE__BE_DOWN) {
+      throttle__free(t);
+      return brc;
+    }
   }
   int rc = throttle__lock(h);
   if (rc != 0) {

@@ -178,6 +178,7 @@ static inline void throttle__rec_flags(struct throttle__rec *r, uint16_t bit,
 
 struct throttle_config {
   char *segment;
+  char *backend; /* URL, or NULL: $THROTTLE_BACKEND (backend.c) */
   uint32_t capacity;
   uint64_t max_delay_ms;
   uint32_t lock_timeout_ms;
@@ -202,6 +203,7 @@ struct throttle {
   uint32_t lease_ms;
   unsigned flags;
   char open_msg[512]; /* why the handle fell back, or "" */
+  struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
 };
 
 struct throttle_info {

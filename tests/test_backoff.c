@@ -458,7 +458,8 @@ static void test_backoff_error_names_distinct(void **state) {
   }
   assert_int_equal(THROTTLE_OK, 0);
   assert_int_equal(THROTTLE_ESYMLINK, -21); /* never renumbered */
-  const int unknown[] = {1, -22, -1000, 12345};
+  assert_int_equal(THROTTLE_EBACKEND, -22);
+  const int unknown[] = {1, -23, -1000, 12345};
   for (size_t i = 0; i < 4; i++) {
     assert_string_equal(throttle_strerror(unknown[i]), "unknown error");
     assert_string_equal(throttle_err_name(unknown[i]), "THROTTLE_UNKNOWN");

@@ -4,7 +4,8 @@
 set -u
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev python3 pkg-config curl; do
+for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev python3 pkg-config curl \
+         libhiredis-dev redis-server faketime; do
   have_pkg "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0
