@@ -199,6 +199,12 @@ BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/bench_*.c))
 $(B)/bench/%: bench/%.c $(B)/libthrottle.a include/throttle.h | $(B)/bench
 	$(CC) $(CFLAGS_ALL) -Ilibthrottle -o $@ $< $(B)/libthrottle.a $(LDLIBS_CORE) -lm
 
+# The Redis figures start their own redis-server (tests/redis_helpers.c)
+# and time PING with hiredis directly.
+$(B)/bench/bench_redis: bench/bench_redis.c tests/redis_helpers.c $(B)/libthrottle.a include/throttle.h | $(B)/bench
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< tests/redis_helpers.c $(B)/libthrottle.a \
+	  $(LDLIBS_REDIS) $(LDLIBS_CORE)
+
 bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 

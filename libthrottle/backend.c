@@ -160,16 +160,47 @@ int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
   return result(h, h->be->ops->remaining(h->be->state, key, ms));
 }
 
+/* What this host was told and the backend may have lost (a restart, a
+ * failover, an outage the segment served): published again before a
+ * wait or an admission.  Only ever later there, so it costs nothing when
+ * the backend knows already, and one extra call only while it is pending
+ * here. */
+static void heal(throttle_t *h, const char *key) {
+  uint64_t ms = throttle__segment_remaining(h, key);
+  if (ms > 0)
+    (void)h->be->ops->backoff(h->be->state, key, ms);
+}
+
 int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms) {
   CHECK_KEY(h, key);
+  heal(h, key);
   return result(h, h->be->ops->wait(h->be->state, key, timeout_ms));
 }
 
 int throttle__be_enter(throttle_t *h, const char *key, int cls,
                        uint64_t timeout_ms, int nowait, void **tk, int *probe,
                        uint64_t *wait_ms) {
-  return result(h, h->be->ops->enter(h->be->state, key, cls, timeout_ms,
-                                     nowait, tk, probe, wait_ms));
+  /* While the backend comes back, some of this host's callers may still
+   * be in the segment's gate: one of them told "come back later" after
+   * this caller's heal must hold it too, so an admission is checked
+   * against the segment once more (a lock-free read) and handed back if
+   * the segment closed meanwhile. */
+  for (int tries = 0;; tries++) {
+    heal(h, key);
+    int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
+                               probe, wait_ms);
+    uint64_t ms;
+    if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
+      return result(h, rc);
+    (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED, 0);
+    *tk = NULL;
+    if (nowait) {
+      if (wait_ms != NULL)
+        *wait_ms = ms;
+      return throttle__fail(h, THROTTLE_EWOULDBLOCK, "%s: not admitted now",
+                            key);
+    }
+  }
 }
 
 int throttle__be_leave(throttle_t *h, void *tk, int outcome,

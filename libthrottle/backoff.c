@@ -28,6 +28,8 @@ static int64_t to_i64(uint64_t v) {
   return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
+static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now);
+
 /* The key's not-before as a lock-free reader sees it: 0 when the key is
  * absent or open.  Falls back to the mutex when the table keeps changing
  * under it (or a writer left the sequence odd).  *epoch (may be NULL) is the
@@ -78,6 +80,19 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
   return 0;
 }
 
+/* ms until the segment's own not-before for key passes (0: open, absent,
+ * or unreadable): what this host knows, for a backend that may have lost
+ * it (backend.c). */
+uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
+  size_t len;
+  uint64_t nb;
+  struct throttle__rec *r;
+  if (throttle__check_key(h, key, &len) != 0 ||
+      read_nb(h, key, len, &nb, &r, NULL) != 0 || nb == 0)
+    return 0;
+  return ms_left(h, nb, throttle__now_ns());
+}
+
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms) {
   size_t len;
@@ -86,7 +101,13 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_backoff(h, key, delay_ms));
+  if (h->be != NULL) {
+    /* The segment records it too: if the backend goes away, this host's
+     * processes still honour what they were told. */
+    rc = throttle__be_backoff(h, key, delay_ms);
+    if (rc < 0)
+      return rc;
+  }
   uint64_t delay = sat_mul_ms(delay_ms);
   if (delay > h->max_delay_ns)
     delay = h->max_delay_ns;

@@ -649,11 +649,16 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
     retry_after_ms = 0;
   }
   if (t->be != NULL) {
-    /* Down: the admission lapses in Redis, and a published back-off goes
-     * into this host's segment (the slot below is none of the segment's). */
+    /* Down: the admission lapses in the backend's own time.  Either way a
+     * published back-off goes on below into this host's segment. */
     int brc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
     t->be = NULL;
-    if (brc != THROTTLE__BE_DOWN) {
+    /* A published back-off goes into the segment too (as in
+     * throttle_backoff()); the ticket holds no slot of it. */
+    bool pub = outcome == THROTTLE_OUTCOME_LOCKED ||
+               outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
+               outcome == THROTTLE_OUTCOME_UNAVAILABLE;
+    if (brc != THROTTLE__BE_DOWN && (brc != 0 || !pub)) {
       throttle__free(t);
       return brc;
     }

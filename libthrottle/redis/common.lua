@@ -29,10 +29,11 @@ local function fmt(v) return string.format('%.0f', v) end
 -- Fence numbers: never repeat, even after Redis lost its state (the
 -- counter restarts at Redis's clock in microseconds, past anything issued).
 local function fence()
-  local c = tonumber(redis.call('GET', SEQ) or '0') or 0
-  if c < now_us then c = now_us end
-  c = c + 1
-  redis.call('SET', SEQ, fmt(c), 'PX', TTL)
+  local c = redis.call('INCR', SEQ)
+  if c <= now_us then
+    c = now_us + 1
+    redis.call('SET', SEQ, fmt(c), 'PX', TTL)
+  end
   return fmt(c)
 end
 
@@ -98,9 +99,19 @@ local function reap()
   redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
 end
 
+-- A caller that arrives at an empty queue is tried before it is
+-- registered (no waiter records to write and delete when it is admitted
+-- at once): {id, words} or nil.
+local pending = nil
+local touched = {[K] = true}
+
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
 -- liveness host pid state).
 local function oldest(cls)
+  if pending then
+    if pending[2][1] == cls then return pending[1], pending[2] end
+    return nil
+  end
   for _, id in ipairs(redis.call('ZRANGE', W, 0, -1)) do
     local v = redis.call('HGET', WI, id)
     if v then
@@ -118,6 +129,7 @@ local function grant(self)
   if g('paused') == 1 then return nil end
   local nb = clamp_nb()
   if nb > now then return nb end
+  if not pending and redis.call('ZCARD', W) == 0 then return nil end
   local probe = s['probe'] or '0'
   if probe ~= '0' and redis.call('HEXISTS', H, probe) == 0 then
     p('probe', '0'); probe = '0'
@@ -159,8 +171,13 @@ local function grant(self)
     local lease, live = tonumber(w[3]), tonumber(w[4])
     redis.call('HSET', H, id, table.concat({w[1], isprobe, holders, fmt(now),
       fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6]}, ' '))
-    redis.call('HDEL', WI, id)
-    redis.call('ZREM', W, id)
+    touched[H] = true
+    if pending and id == pending[1] then
+      pending = nil
+    else
+      redis.call('HDEL', WI, id)
+      redis.call('ZREM', W, id)
+    end
     if id ~= self then push(id) end
   end
   return nil
@@ -179,14 +196,13 @@ end
 -- Store what changed and give every key of the operation its TTL: an idle
 -- key disappears (TTL past its not-before and past any lease).
 local function store(extra)
-  if #dirty > 0 then redis.call('HSET', K, unpack(dirty)) end
-  if #dirty > 0 or redis.call('EXISTS', K) == 1 then
-    redis.call('HSET', K, 'last_use', fmt(now), 'key', NAME)
-  end
+  dirty[#dirty + 1] = 'last_use'
+  dirty[#dirty + 1] = fmt(now)
+  dirty[#dirty + 1] = 'key'
+  dirty[#dirty + 1] = NAME
+  redis.call('HSET', K, unpack(dirty))
   local ttl = TTL + (extra or 0)
   local nb = g('nb')
   if nb > now then ttl = ttl + (nb - now) end
-  for _, k in ipairs({K, H, W, WI, X}) do
-    if redis.call('EXISTS', k) == 1 then redis.call('PEXPIRE', k, ttl) end
-  end
+  for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
 end

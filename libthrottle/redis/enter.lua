@@ -6,9 +6,23 @@
 -- and not waiting (nowait, or the not-before lies past the deadline).
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
-reap()
-if wid == '0' then
+local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
+local fresh = wid == '0'
+if fresh and redis.call('ZCARD', W) == 0 then
+  -- the uncontended path: try it before registering (and reaping)
   wid = fence()
+  pending = {wid, rec}
+  grant(wid)
+  if not pending then
+    store(lease)
+    return {0, wid, s['probe'] == wid and 1 or 0, 0}
+  end
+  pending = nil
+end
+touched[W], touched[WI] = true, true
+reap()
+if fresh then
+  if wid == '0' then wid = fence() end
   redis.call('ZADD', W, wid, wid)
 else
   local v = redis.call('HGET', WI, wid)
@@ -27,8 +41,7 @@ else
     return {2, wid, 0, 0}
   end
 end
-redis.call('HSET', WI, wid, table.concat({cls, fmt(now + live), lease, live,
-  host, pid, 'w'}, ' '))
+redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
 if redis.call('HEXISTS', H, wid) == 1 then
   store(lease)

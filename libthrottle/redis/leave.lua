@@ -12,6 +12,7 @@ if v then
   local concurrent = tonumber(w[3]) or 0
   local others = redis.call('HLEN', H) - 1
   redis.call('HDEL', H, id)
+  touched[H] = true
   local was_probe = s['probe'] == id
   if was_probe then
     p('probe', '0')
@@ -50,8 +51,10 @@ if publish_it then
   if ms == 0 and not plain then ms = DEFAULT_DELAY end
   publish(ms, pid)
 end
-reap()
-grant(nil)
+if redis.call('ZCARD', W) > 0 then
+  reap()
+  grant(nil)
+end
 store()
 if v then return {0} end
 return {1}
