@@ -212,7 +212,7 @@ bench: all $(BENCHES)
 # Both must report nothing; .clang-tidy says which check is off and why.
 
 tidy:
-	clang-tidy --quiet $(CORE_SRC) $(HTTP_SRC) $(CTL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools
+	clang-tidy --quiet $(CORE_SRC) $(HTTP_SRC) $(REDIS_SRC) $(CTL_SRC) -- -std=c11 -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools
 
 cppcheck:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

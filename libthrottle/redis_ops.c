@@ -490,15 +490,22 @@ static int rds_set(void *be, const char *key, int what, uint64_t a,
   return set_call(be, key, names[what], a, b);
 }
 
-/* Every key name stored in Redis (SCAN; one node). */
+static void free_names(char **names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+}
+
+/* Every key name stored in Redis (SCAN; one node).  *names is NULL when
+ * there are none. */
 static int scan_keys(struct rds *r, char ***names, size_t *n) {
   redisContext *c = rds_get(r);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
   char cursor[32] = "0";
-  size_t cap = 0;
-  *names = NULL;
-  *n = 0;
+  char **v = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
   do {
     const char *av[] = {"SCAN", cursor, "MATCH", "thr1:*:k:*", "COUNT",
                         "1000"};
@@ -506,44 +513,47 @@ static int scan_keys(struct rds *r, char ***names, size_t *n) {
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
       if (rep != NULL)
         freeReplyObject(rep);
-      for (size_t i = 0; i < *n; i++)
-        free((*names)[i]);
-      free(*names);
+      free_names(v, len);
       return rds_down(r, c, "scan");
     }
     snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
     redisReply *ks = rep->element[1];
-    for (size_t i = 0; i < ks->elements; i++) {
+    for (size_t i = 0; i < ks->elements && rc == 0; i++) {
       const char *hv[] = {"HGET", ks->element[i]->str, "key"};
       redisReply *k = redisCommandArgv(c, 3, hv, NULL);
       if (k != NULL && k->type == REDIS_REPLY_STRING) {
-        if (*n == cap) {
+        if (len == cap) {
           cap = cap ? cap * 2 : 64;
-          char **nn = realloc(*names, cap * sizeof *nn);
-          if (nn == NULL) {
-            freeReplyObject(k);
-            break;
-          }
-          *names = nn;
+          char **nv = realloc(v, cap * sizeof *nv);
+          if (nv == NULL)
+            rc = THROTTLE_ENOMEM;
+          else
+            v = nv;
         }
-        (*names)[(*n)++] = strdup(k->str);
-        if ((*names)[*n - 1] == NULL)
-          (*n)--;
+        if (rc == 0 && (v[len] = strdup(k->str)) != NULL)
+          len++;
       }
       if (k != NULL)
         freeReplyObject(k);
     }
     freeReplyObject(rep);
-  } while (strcmp(cursor, "0") != 0);
+  } while (rc == 0 && strcmp(cursor, "0") != 0);
   rds_put(r, c, 1);
+  if (rc != 0) {
+    free_names(v, len);
+    rds_msg("out of memory");
+    return rc;
+  }
+  *names = v;
+  *n = len;
   return 0;
 }
 
 static int rds_clear(void *be, const char *key) {
   if (key != NULL)
     return set_call(be, key, "clear", 0, 0);
-  char **names;
-  size_t n;
+  char **names = NULL;
+  size_t n = 0;
   int rc = scan_keys(be, &names, &n);
   if (rc != 0)
     return rc;
@@ -596,12 +606,13 @@ static int by_name(const void *a, const void *b) {
 
 static int rds_foreach(void *be, int (*fn)(const throttle_info_t *, void *),
                        void *arg) {
-  char **names;
-  size_t n;
+  char **names = NULL;
+  size_t n = 0;
   int rc = scan_keys(be, &names, &n);
   if (rc != 0)
     return rc;
-  qsort(names, n, sizeof *names, by_name);
+  if (n > 1)
+    qsort(names, n, sizeof *names, by_name);
   throttle_info_t *info = malloc(sizeof *info);
   if (info == NULL)
     rc = THROTTLE_ENOMEM;

@@ -471,7 +471,7 @@ static int common_option(struct ctx *c, int argc, char **argv, int *i) {
     const char *v = NULL;
     if (option_arg(c->cmd, "--backend", inl, argc, argv, i, &v) != 0)
       return XIT_USAGE;
-    if (setenv("THROTTLE_BACKEND", v, 1) != 0) {
+    if (v == NULL || setenv("THROTTLE_BACKEND", v, 1) != 0) {
       ctl_say("out of memory");
       return XIT_USAGE;
     }
