@@ -224,6 +224,11 @@ THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h);
 /* The segment name h uses (or tried to use). */
 THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
 
+/* The backend h shares keys through: "shm" (the segment alone), or the
+ * URL given to throttle_config_set_backend() / $THROTTLE_BACKEND with any
+ * password replaced by "***".  Never NULL. */
+THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
+
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
@@ -437,6 +442,12 @@ THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
                                          size_t i, int64_t *pid,
                                          int64_t *age_ms,
                                          throttle_class_t *cls, int *probe);
+
+/* The host name of holder i of a snapshot (the hosts of a backend across
+ * hosts; "" on the segment, where every holder is of this host), or NULL
+ * when i is past the last holder. */
+THROTTLE_EXTERN const char *throttle_info_holder_host(
+    const throttle_info_t *info, size_t i);
 
 /* Snapshot one key into *out (free it with throttle_info_free).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY, THROTTLE_ENOMEM,

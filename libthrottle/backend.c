@@ -21,6 +21,7 @@
 #define MODULE_SONAME "libthrottle-redis.so.1"
 
 struct throttle__be {
+  char shown[512]; /* the URL, password masked */
   void *dl;
   const struct throttle__backend *ops;
   void *state;
@@ -108,8 +109,20 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
     throttle__free(be);
     return throttle__fail(h, rc, "%s", why);
   }
+  /* redis://:PASSWORD@HOST -> redis://:***@HOST */
+  const char *at = strchr(url, '@');
+  const char *colon = strstr(url, "://:");
+  if (at != NULL && colon != NULL && colon < at)
+    snprintf(be->shown, sizeof be->shown, "%.*s:***%s", (int)(colon + 3 - url),
+             url, at);
+  else
+    snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
   return 0;
+}
+
+THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h) {
+  return h != NULL && h->be != NULL ? h->be->shown : "shm";
 }
 
 void throttle__be_close(throttle_t *h) {

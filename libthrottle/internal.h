@@ -215,6 +215,7 @@ struct throttle_info {
     uint8_t cls;
     uint8_t probe;
     uint64_t age_ms;
+    char host[64]; /* "" on the segment */
   } holder[THROTTLE__SLOTS];
 };
 

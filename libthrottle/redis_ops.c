@@ -587,10 +587,14 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
     unsigned long long pid, age;
     unsigned cls, probe;
     char line[512];
+    int off = 0;
     elem_str(rep, i, line, sizeof line);
-    if (sscanf(line, "%llu %llu %u %u", &pid, &age, &cls, &probe) != 4)
+    if (sscanf(line, "%llu %llu %u %u %n", &pid, &age, &cls, &probe, &off) <
+        4)
       continue;
     uint32_t k = out->nholders++;
+    snprintf(out->holder[k].host, sizeof out->holder[k].host, "%s",
+             line + off);
     out->holder[k].pid = (uint32_t)pid;
     out->holder[k].age_ms = age;
     out->holder[k].cls = (uint8_t)cls;

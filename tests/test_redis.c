@@ -121,6 +121,33 @@ static void test_redis_open_missing_module_is_ebackend(void **state) {
   assert_true(th_remaining(fx->h, "t") > 0);
 }
 
+static void test_redis_backend_named_password_masked(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_string_equal(throttle_backend(a), R.url);
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
+  assert_int_equal(
+      throttle_config_set_backend(cfg, "redis://:s3cret@127.0.0.1:1/2"), 0);
+  throttle_t *b = NULL;
+  assert_int_equal(throttle_open(cfg, &b), 0);
+  throttle_config_free(cfg);
+  assert_string_equal(throttle_backend(b), "redis://:***@127.0.0.1:1/2");
+  throttle_close(b);
+  /* a holder's host is shown */
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(a, "k", &info), 0);
+  char me[256] = "";
+  gethostname(me, sizeof me - 1);
+  assert_string_equal(throttle_info_holder_host(info, 0), me);
+  assert_null(throttle_info_holder_host(info, 1));
+  throttle_info_free(info);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* ---- back-off ------------------------------------------------------------- */
 
 static void test_redis_backoff_seen_by_another_host(void **state) {
@@ -400,6 +427,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_redis_open_bad_url_works_on_segment,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_open_missing_module_is_ebackend,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_backend_named_password_masked,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_backoff_seen_by_another_host,
                                       setup, teardown),
