@@ -32,14 +32,15 @@
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
  * non-printing bytes), so braces in a name cannot move the tag.
  *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
- *                    learned cap, counters
- *   thr1:{R}:h:KEY   holders: fence -> class probe concurrent since
- *                    live_until lease_until lease liveness host pid
+ *                    learned cap, counters, the fence counter, and the
+ *                    holders as fields h:FENCE -> class probe concurrent
+ *                    since live_until lease_until lease liveness host pid
+ *                    (one key: an uncontended admission is one read and
+ *                    one write of it)
  *   thr1:{R}:w:KEY   waiters in arrival order (zset, score = id)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
- *   thr1:{R}:q:ID    one waiter's wake-up list (BLPOP'ed, bounded)
- *   thr1:{R}:seq     the fence counter of the root scope
+ *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
  *

@@ -139,20 +139,15 @@ static size_t enc(char *out, size_t len, const char *s, size_t n) {
   return o;
 }
 
-/* thr1:{ROOT}:kind:KEY, or thr1:{ROOT}:kind when kind ends in no key
- * ("seq"), or the queue prefix thr1:{ROOT}:q: for kind "q". */
+/* thr1:{ROOT}:kind:KEY; for kind "q" the prefix of the key's waiters'
+ * wake-up lists, thr1:{ROOT}:q:KEY: (a waiter's id follows). */
 void rds_key(char *out, size_t len, const char *kind, const char *key) {
   char root[THROTTLE__KEY_MAX * 3 + 1], k[THROTTLE__KEY_MAX * 3 + 1];
   const char *slash = strchr(key, '/');
   enc(root, sizeof root, key, slash ? (size_t)(slash - key) : strlen(key));
-  if (strcmp(kind, "seq") == 0)
-    snprintf(out, len, "thr1:{%s}:seq", root);
-  else if (strcmp(kind, "q") == 0)
-    snprintf(out, len, "thr1:{%s}:q:", root);
-  else {
-    enc(k, sizeof k, key, strlen(key));
-    snprintf(out, len, "thr1:{%s}:%s:%s", root, kind, k);
-  }
+  enc(k, sizeof k, key, strlen(key));
+  snprintf(out, len, "thr1:{%s}:%s:%s%s", root, kind, k,
+           strcmp(kind, "q") == 0 ? ":" : "");
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -283,7 +278,7 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 
 /* ---- scripts ----------------------------------------------------------- */
 
-#define NKEYS 6
+#define NKEYS 4
 #define NCOMMON 4
 
 /* One script call: EVALSHA, and EVAL when the server does not know the
@@ -291,9 +286,9 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
  * (c->err set) or a script error (message set). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
                      const char *key, int argc, const char **argv) {
-  static const char *const kinds[NKEYS] = {"k", "h", "w", "wi", "seq", "x"};
+  static const char *const kinds[NKEYS] = {"k", "w", "wi", "x"};
   char keys[NKEYS][THROTTLE__KEY_MAX * 6 + 64];
-  char qp[THROTTLE__KEY_MAX * 3 + 32], ttl[24], maxd[24], nkeys[4];
+  char qp[THROTTLE__KEY_MAX * 6 + 64], ttl[24], maxd[24], nkeys[4];
   const char *av[3 + NKEYS + NCOMMON + 16];
   if (argc > 16)
     return NULL;
@@ -350,7 +345,7 @@ redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
  * the command timeout is stretched past the BLPOP's own for this call. */
 redisReply *rds_blpop(struct rds *r, redisContext *c, const char *key,
                       const char *id, uint64_t ms) {
-  char q[THROTTLE__KEY_MAX * 3 + 64], secs[32];
+  char q[THROTTLE__KEY_MAX * 6 + 96], secs[32];
   rds_key(q, sizeof q, "q", key);
   size_t n = strlen(q);
   snprintf(q + n, sizeof q - n, "%s", id);

@@ -1,17 +1,19 @@
 -- common.lua: prepended to every script (see libthrottle/redis.h for the
--- gate rules mirrored here).  KEYS: 1 state hash, 2 holders hash,
--- 3 waiters zset, 4 waiter info hash, 5 fence counter, 6 watchers zset.
+-- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
+-- fields h:FENCE, so an uncontended admission reads and writes one key),
+-- 2 waiters zset, 3 waiter info hash, 4 watchers zset.
 -- ARGV 1..4: queue key prefix, idle TTL ms, this caller's max delay ms,
 -- the key's name (kept in the state hash for listings).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local K, H, W, WI, SEQ, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local QP, TTL, MAXD = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local NAME = ARGV[4]
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
-local s, dirty = {}, {}
+-- The state hash, read once; fields written back (or deleted) by store().
+local s, dirty, gone = {}, {}, {}
 do
   local a = redis.call('HGETALL', K)
   for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
@@ -20,20 +22,31 @@ local function g(f) return tonumber(s[f] or '0') or 0 end
 local function p(f, v)
   local str = type(v) == 'number' and string.format('%.0f', v) or v
   s[f] = str
-  dirty[#dirty + 1] = f
-  dirty[#dirty + 1] = str
+  dirty[f] = true
+  gone[f] = nil
 end
+local function del(f) s[f] = nil; dirty[f] = nil; gone[f] = true end
 local function inc(f) p(f, g(f) + 1) end
 local function fmt(v) return string.format('%.0f', v) end
 
--- Fence numbers: never repeat, even after Redis lost its state (the
--- counter restarts at Redis's clock in microseconds, past anything issued).
-local function fence()
-  local c = redis.call('INCR', SEQ)
-  if c <= now_us then
-    c = now_us + 1
-    redis.call('SET', SEQ, fmt(c), 'PX', TTL)
+-- Holders: field h:FENCE of the state hash.
+local function hget(id) return s['h:' .. id] end
+local function holders()
+  local out = {}
+  for f, v in pairs(s) do
+    if string.sub(f, 1, 2) == 'h:' then out[#out + 1] = {string.sub(f, 3), v} end
   end
+  return out
+end
+
+-- Fence numbers (admissions and waiters of the key): never repeat, even
+-- after Redis lost its state (they restart at Redis's clock in
+-- microseconds, past anything issued before).
+local function fence()
+  local c = g('seq')
+  if c < now_us then c = now_us end
+  c = c + 1
+  p('seq', c)
   return fmt(c)
 end
 
@@ -79,13 +92,12 @@ end
 -- holder value: cls probe concurrent since live_until lease_until lease
 -- liveness host pid
 local function reap()
-  local hs = redis.call('HGETALL', H)
-  for i = 1, #hs, 2 do
-    local w = words(hs[i + 1])
+  for _, hv in ipairs(holders()) do
+    local w = words(hv[2])
     if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
-      redis.call('HDEL', H, hs[i])
+      del('h:' .. hv[1])
       inc('reclaims')
-      if s['probe'] == hs[i] then p('probe', '0') end
+      if s['probe'] == hv[1] then p('probe', '0') end
     end
   end
   local ws = redis.call('HGETALL', WI)
@@ -131,15 +143,14 @@ local function grant(self)
   if nb > now then return nb end
   if not pending and redis.call('ZCARD', W) == 0 then return nil end
   local probe = s['probe'] or '0'
-  if probe ~= '0' and redis.call('HEXISTS', H, probe) == 0 then
+  if probe ~= '0' and not hget(probe) then
     p('probe', '0'); probe = '0'
   end
   local cap = cap_of()
-  local holders, bf = 0, 0
-  local hs = redis.call('HVALS', H)
-  for _, v in ipairs(hs) do
-    holders = holders + 1
-    if words(v)[1] == '1' then bf = bf + 1 end
+  local nh, bf = 0, 0
+  for _, hv in ipairs(holders()) do
+    nh = nh + 1
+    if words(hv[2])[1] == '1' then bf = bf + 1 end
   end
   local share = share_of()
   local bf_cap = 0
@@ -147,7 +158,7 @@ local function grant(self)
     bf_cap = math.floor(cap * share / 1000)
     if bf_cap < 1 then bf_cap = 1 end
   end
-  while holders < cap do
+  while nh < cap do
     if g('episode') == 1 and probe ~= '0' then return nil end
     local id, w = oldest('0')
     if id == nil and bf < bf_cap then id, w = oldest('1') end
@@ -161,7 +172,7 @@ local function grant(self)
       if tat < now then tat = now end
       p('rate_tat', tat + T)
     end
-    holders = holders + 1
+    nh = nh + 1
     if w[1] == '1' then bf = bf + 1 end
     local isprobe = '0'
     inc('admitted')
@@ -169,9 +180,8 @@ local function grant(self)
       isprobe = '1'; probe = id; p('probe', id); inc('probes')
     end
     local lease, live = tonumber(w[3]), tonumber(w[4])
-    redis.call('HSET', H, id, table.concat({w[1], isprobe, holders, fmt(now),
+    p('h:' .. id, table.concat({w[1], isprobe, nh, fmt(now),
       fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6]}, ' '))
-    touched[H] = true
     if pending and id == pending[1] then
       pending = nil
     else
@@ -195,14 +205,31 @@ end
 
 -- Store what changed and give every key of the operation its TTL: an idle
 -- key disappears (TTL past its not-before and past any lease).
-local function store(extra)
-  dirty[#dirty + 1] = 'last_use'
-  dirty[#dirty + 1] = fmt(now)
-  dirty[#dirty + 1] = 'key'
-  dirty[#dirty + 1] = NAME
-  redis.call('HSET', K, unpack(dirty))
-  local ttl = TTL + (extra or 0)
+local function store()
+  p('last_use', now)
+  p('key', NAME)
+  local args = {}
+  for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
+  redis.call('HSET', K, unpack(args))
+  local dels = {}
+  for f, _ in pairs(gone) do dels[#dels + 1] = f end
+  if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
+  -- idle TTL past the not-before and past every holder's lease
+  local last = now
   local nb = g('nb')
-  if nb > now then ttl = ttl + (nb - now) end
+  if nb > last then last = nb end
+  for _, hv in ipairs(holders()) do
+    local lu = tonumber(words(hv[2])[6]) or 0
+    if lu > last then last = lu end
+  end
+  local ttl = TTL + (last - now)
+  -- The state hash's expiry is renewed when it moved by a tenth of the
+  -- idle TTL (each call into Lua costs as much as a round trip's work).
+  if touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
+    touched[K] = nil
+  elseif touched[K] then
+    redis.call('HSET', K, 'exp', fmt(now + ttl))
+    s['exp'] = fmt(now + ttl)
+  end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
 end

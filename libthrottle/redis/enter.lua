@@ -14,7 +14,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   pending = {wid, rec}
   grant(wid)
   if not pending then
-    store(lease)
+    store()
     return {0, wid, s['probe'] == wid and 1 or 0, 0}
   end
   pending = nil
@@ -28,7 +28,7 @@ else
   local v = redis.call('HGET', WI, wid)
   if not v then
     store()
-    if redis.call('HEXISTS', H, wid) == 1 then
+    if hget(wid) then
       return {0, wid, s['probe'] == wid and 1 or 0, 0}
     end
     return {3, wid, 0, 0}
@@ -43,8 +43,8 @@ else
 end
 redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
-if redis.call('HEXISTS', H, wid) == 1 then
-  store(lease)
+if hget(wid) then
+  store()
   return {0, wid, s['probe'] == wid and 1 or 0, 0}
 end
 local nb = clamp_nb()

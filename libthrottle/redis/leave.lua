@@ -5,14 +5,13 @@
 -- later; it frees nothing and ends no probe's episode.  {0} otherwise.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local plain = ARGV[9] == 'pub'
-local v = redis.call('HGET', H, id)
+local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
   local w = words(v)
   local concurrent = tonumber(w[3]) or 0
-  local others = redis.call('HLEN', H) - 1
-  redis.call('HDEL', H, id)
-  touched[H] = true
+  local others = #holders() - 1
+  del('h:' .. id)
   local was_probe = s['probe'] == id
   if was_probe then
     p('probe', '0')

@@ -19,6 +19,7 @@ if wid ~= '-' then
   else
     if wid == '0' then wid = fence() end
     redis.call('ZADD', X, fmt(now + live), wid)
+    touched[X] = true
   end
 end
 if #dirty > 0 or wid ~= '-' then store() end

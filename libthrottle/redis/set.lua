@@ -3,6 +3,7 @@
 -- operation needs it (resume, cancel, clear).
 local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local exists = redis.call('EXISTS', K) == 1
+touched[W], touched[WI], touched[X] = true, true, true
 if (what == 'resume' or what == 'cancel' or what == 'clear') and not exists then
   return -1
 end
