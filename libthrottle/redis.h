@@ -111,6 +111,8 @@ uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
 redisContext *rds_get(struct rds *r);
+/* redisCommandArgv() without SIGPIPE (see redis_conn.c). */
+redisReply *rds_command(redisContext *c, int argc, const char **argv);
 void rds_put(struct rds *r, redisContext *c, int ok);
 void rds_pool_free(struct rds *r);
 void rds_key(char *out, size_t len, const char *kind, const char *key);

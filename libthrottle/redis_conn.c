@@ -14,6 +14,7 @@
 #include "redis.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,8 +158,32 @@ static struct timeval tv_ms(uint64_t ms) {
   return tv;
 }
 
+/* hiredis write()s to its socket: a server gone away would raise SIGPIPE
+ * and kill a caller that never asked for Redis.  The signal is blocked in
+ * this thread for the call, and one it raised is taken off the pending
+ * set before the mask is restored (as libcurl does); a SIGPIPE already
+ * pending for another reason is left alone. */
 static redisReply *cmd(redisContext *c, int argc, const char **argv) {
-  return redisCommandArgv(c, argc, argv, NULL);
+  sigset_t pipe, old, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  sigpending(&pending);
+  int was_pending = sigismember(&pending, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  redisReply *rep = redisCommandArgv(c, argc, argv, NULL);
+  if (!was_pending) {
+    struct timespec zero = {0, 0};
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE))
+      while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
+        ;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rep;
+}
+
+redisReply *rds_command(redisContext *c, int argc, const char **argv) {
+  return cmd(c, argc, argv);
 }
 
 static int ok_reply(redisContext *c, redisReply *rep, const char *what) {

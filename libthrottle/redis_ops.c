@@ -152,10 +152,10 @@ static void *beat_main(void *arg) {
         const char *sel[] = {"SELECT", db};
         redisReply *x;
         if (c != NULL && r->password[0] &&
-            (x = redisCommandArgv(c, 2, auth, NULL)) != NULL)
+            (x = rds_command(c, 2, auth)) != NULL)
           freeReplyObject(x);
         if (c != NULL && r->db != 0 &&
-            (x = redisCommandArgv(c, 2, sel, NULL)) != NULL)
+            (x = rds_command(c, 2, sel)) != NULL)
           freeReplyObject(x);
         if (c == NULL)
           break; /* Redis down: try again at the next beat */
@@ -509,7 +509,7 @@ static int scan_keys(struct rds *r, char ***names, size_t *n) {
   do {
     const char *av[] = {"SCAN", cursor, "MATCH", "thr1:*:k:*", "COUNT",
                         "1000"};
-    redisReply *rep = redisCommandArgv(c, 6, av, NULL);
+    redisReply *rep = rds_command(c, 6, av);
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
       if (rep != NULL)
         freeReplyObject(rep);
@@ -520,7 +520,7 @@ static int scan_keys(struct rds *r, char ***names, size_t *n) {
     redisReply *ks = rep->element[1];
     for (size_t i = 0; i < ks->elements && rc == 0; i++) {
       const char *hv[] = {"HGET", ks->element[i]->str, "key"};
-      redisReply *k = redisCommandArgv(c, 3, hv, NULL);
+      redisReply *k = rds_command(c, 3, hv);
       if (k != NULL && k->type == REDIS_REPLY_STRING) {
         if (len == cap) {
           cap = cap ? cap * 2 : 64;

@@ -279,6 +279,61 @@ static void test_redis_one_probe_per_episode(void **state) {
   munmap(s, sizeof *s);
 }
 
+/* try_enter against a back-off, a pause, a rate and the backfill share,
+ * set on another host. */
+static void test_redis_try_enter_obeys_settings_of_other_hosts(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *t = NULL, *t2 = NULL;
+  uint64_t wait_ms = 0;
+  assert_int_equal(throttle_backoff(b, "k", TH_LONG_MS), 0);
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+                   THROTTLE_EWOULDBLOCK);
+  assert_null(t);
+  assert_true(wait_ms > TH_LONG_MS - 5000);
+  /* the timeout comes at once when the not-before lies beyond it */
+  uint64_t t0 = th_mono_ms();
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 5000, &t),
+                   THROTTLE_ETIMEDOUT);
+  assert_true(th_mono_ms() - t0 < 4000);
+  assert_int_equal(throttle_clear(b, "k"), 0);
+
+  assert_int_equal(throttle_pause(b, "k"), 0);
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(field(a, "k", THROTTLE_FIELD_PAUSED), 1);
+  assert_int_equal(throttle_resume(b, "k"), 0);
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, NULL), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+
+  /* 2 per minute, burst 2: the third is refused with a hint */
+  assert_int_equal(throttle_set_rate(b, "r", 2, 60000), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(throttle_try_enter(a, "r", THROTTLE_CLASS_LIVE, &t, NULL),
+                     0);
+    assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  }
+  assert_int_equal(throttle_try_enter(a, "r", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(field(a, "r", THROTTLE_FIELD_RATE_N), 2);
+
+  /* backfill share 0.5 of a cap of 2: one backfill at a time */
+  assert_int_equal(throttle_set_max_parallel(b, "s", 2), 0);
+  assert_int_equal(throttle_set_backfill_share(b, "s", 0.5), 0);
+  assert_int_equal(
+      throttle_try_enter(a, "s", THROTTLE_CLASS_BACKFILL, &t, NULL), 0);
+  assert_int_equal(
+      throttle_try_enter(a, "s", THROTTLE_CLASS_BACKFILL, &t2, NULL),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_try_enter(a, "s", THROTTLE_CLASS_LIVE, &t2, NULL),
+                   0);
+  assert_int_equal(field(b, "s", THROTTLE_FIELD_BACKFILL_SHARE_PERMILLE), 500);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(a, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 /* A report with a fence that no longer holds a slot frees nothing (the
  * slot went to another holder) and can only push the not-before later. */
 static void test_redis_lapsed_report_frees_nothing(void **state) {
@@ -395,6 +450,29 @@ static void test_redis_down_falls_back_and_returns(void **state) {
   throttle_close(b);
 }
 
+/* Redis restarts empty: what a host was told stays in its segment, holds
+ * that host's callers and goes back into Redis for the other hosts. */
+static void test_redis_restart_healed_from_host_segment(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  assert_int_equal(throttle_backoff(a, "k", TH_LONG_MS), 0);
+  th_redis_stop(&R, 1);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  throttle_ticket_t *t = NULL;
+  uint64_t wait_ms = 0;
+  int rc = THROTTLE_OK;
+  /* a failed call may still send a handle to its segment for a second */
+  for (int i = 0; i < 30 && th_remaining(b, "k") == 0; i++) {
+    rc = throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, &wait_ms);
+    assert_int_equal(rc, THROTTLE_EWOULDBLOCK);
+    th_sleep_ms(100);
+  }
+  assert_true(wait_ms > TH_LONG_MS - 10000);
+  assert_true(th_remaining(b, "k") > TH_LONG_MS - 10000);
+  throttle_close(b);
+}
+
 static void test_redis_stalled_server_blocks_no_call(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -438,6 +516,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_redis_one_probe_per_episode, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_try_enter_obeys_settings_of_other_hosts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_lapsed_report_frees_nothing,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_dead_holder_reclaimed, setup,
@@ -446,6 +526,8 @@ int main(int argc, char **argv) {
           test_redis_cancel_ends_waiters_on_other_hosts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_down_falls_back_and_returns,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_restart_healed_from_host_segment, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };
