@@ -7,23 +7,42 @@
 #   make asan | tsan     the tests under AddressSanitizer+UBSan / ThreadSanitizer
 #   make valgrind        the tests under valgrind memcheck
 #   make bench           benchmarks, printed as ratios to a baseline of the same run
-#   make install PREFIX=/usr/local DESTDIR=
+#                        (BENCH_QUICK=1: smaller HTTP fleets, about half the time)
+#   make install PREFIX=/usr/local DESTDIR=   (LIBDIR=/usr/lib/x86_64-linux-gnu
+#                        for a multiarch layout); make uninstall, same vars
+#   make WERROR=1        warnings are errors (CI and development; local.mk)
 #
 # Every build flavour lives in its own directory (B=build, build/asan, ...),
 # so switching flavours never mixes objects.
 
 MAJOR   := 1
 VERSION := 1.0.0
+# A git-ignored local.mk may set WERROR=1 (or anything else) for a
+# developer's every build; CI passes WERROR=1 itself.
+-include local.mk
+
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
+BINDIR  ?= $(PREFIX)/bin
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR  ?= $(DATADIR)/man
 B       ?= build
 
 CC      ?= cc
 OPT     ?= -O2 -g
 SAN     ?=
-WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
+# -Werror only where asked (WERROR=1: CI, development): a user's newer
+# compiler may add a warning, and that must not break their build.
+# Positional initialisers that leave trailing fields zero are C and the
+# option tables use them; clang's -Wextra flags them, gcc's does not.
+WERROR  ?= 0
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 \
+           -Wno-missing-field-initializers $(if $(filter 1,$(WERROR)),-Werror)
+# CPPFLAGS, CFLAGS and LDFLAGS are the user's (dpkg-buildflags sets all
+# three) and come last, so they win.
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC \
-              -fvisibility=hidden -Iinclude -Ilibthrottle $(CFLAGS)
+              -fvisibility=hidden -Iinclude -Ilibthrottle $(CPPFLAGS) $(CFLAGS)
 LDLIBS_CORE := -lpthread -lrt
 
 CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
@@ -55,7 +74,7 @@ TEST_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/tobj/%.o) $(HTTP_SRC:libthrottle/%.c
 TESTS    := $(sort $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c)))
 TEST_HELPERS := $(wildcard tests/helpers.c tests/redis_helpers.c)
 
-.PHONY: all check deps asan tsan valgrind bench install clean tidy cppcheck torture demo tests-build examples
+.PHONY: all check deps asan tsan valgrind bench install uninstall man clean tidy cppcheck torture demo tests-build examples
 
 all: $(B)/libthrottle.a $(B)/libthrottle.so.$(MAJOR) $(B)/throttlectl \
      $(B)/libthrottle-curl.a $(B)/libthrottle-curl.so.$(MAJOR) examples \
@@ -78,7 +97,7 @@ $(B)/libthrottle-testing.a: $(TEST_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(B)/libthrottle.so.$(MAJOR): $(CORE_OBJ) libthrottle/libthrottle.map
-	$(CC) $(SAN) -shared -Wl,-soname,libthrottle.so.$(MAJOR) \
+	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle.so.$(MAJOR) \
 	  -Wl,--version-script=libthrottle/libthrottle.map -o $@ $(CORE_OBJ) $(LDLIBS_CORE)
 	ln -sf libthrottle.so.$(MAJOR) $(B)/libthrottle.so
 
@@ -110,7 +129,7 @@ $(B)/libthrottle-curl.a: $(HTTP_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(B)/libthrottle-curl.so.$(MAJOR): $(HTTP_OBJ) $(B)/libthrottle.so.$(MAJOR) libthrottle/libthrottle.map
-	$(CC) $(SAN) -shared -Wl,-soname,libthrottle-curl.so.$(MAJOR) \
+	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle-curl.so.$(MAJOR) \
 	  -Wl,--version-script=libthrottle/libthrottle.map -o $@ $(HTTP_OBJ) \
 	  -L$(B) -lthrottle $(LDLIBS_HTTP) $(LDLIBS_CORE)
 	ln -sf libthrottle-curl.so.$(MAJOR) $(B)/libthrottle-curl.so
@@ -118,11 +137,11 @@ $(B)/libthrottle-curl.so.$(MAJOR): $(HTTP_OBJ) $(B)/libthrottle.so.$(MAJOR) libt
 # throttlectl links statically, so it runs from the build tree as installed.
 CTL_SRC := tools/throttlectl.c $(sort $(wildcard tools/ctl_*.c))
 $(B)/throttlectl: $(CTL_SRC) $(wildcard tools/ctl.h) $(B)/libthrottle.a $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) include/throttle.h
-	$(CC) $(CFLAGS_ALL) -Itools -o $@ $(CTL_SRC) $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) \
+	$(CC) $(CFLAGS_ALL) -Itools $(LDFLAGS) -o $@ $(CTL_SRC) $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) \
 	  $(B)/libthrottle.a $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
 
 $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a $(B)/throttlectl | $(B)/tests
-	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests -o $@ $< $(TEST_HELPERS) \
+	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests $(LDFLAGS) -o $@ $< $(TEST_HELPERS) \
 	  $(B)/libthrottle-testing.a -lcmocka $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
 
 # ---- examples and the demo ----------------------------------------------
@@ -138,7 +157,7 @@ $(B)/examples:
 
 $(B)/examples/%: examples/%.c include/throttle.h include/throttle_curl.h \
                  $(B)/libthrottle-curl.a $(B)/libthrottle.a | $(B)/examples
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Iinclude $(CFLAGS) -o $@ $< \
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -Iinclude $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
 	  $(B)/libthrottle-curl.a $(B)/libthrottle.a $(LDLIBS_HTTP) $(LDLIBS_CORE)
 
 # The main job on a local mock server: naive loaders, then libthrottle.
@@ -170,12 +189,10 @@ asan: deps
 # ThreadSanitizer covers the threaded tests (threads of one process sharing
 # one mapping); TSan does not model futexes shared between processes.
 TSAN_TESTS := $(sort $(patsubst tests/%.c,build/tsan/tests/%,$(wildcard tests/test_*thread*.c)))
-# clang: gcc 12 rejects atomic_thread_fence under -fsanitize=thread.  (clang
-# also flags positional initialisers that leave trailing fields to zero,
-# which C defines and the option tables rely on.)
+# clang: gcc 12 rejects atomic_thread_fence under -fsanitize=thread.
 tsan: deps
 	@$(MAKE) --no-print-directory B=build/tsan CC=clang OPT="-O1 -g" SAN="-fsanitize=thread" \
-	  CFLAGS="-Wno-missing-field-initializers" tests-build
+	  tests-build
 	@TSAN_OPTIONS=halt_on_error=1 B=build/tsan sh tests/run.sh $(TSAN_TESTS)
 
 valgrind: deps
@@ -186,7 +203,7 @@ valgrind: deps
 # kill -9 torture: TORTURE_KILLS=N for a larger run.
 TORTURE_KILLS ?= 2000
 $(B)/tests/torture: tests/torture.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a | $(B)/tests
-	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests -o $@ $< $(TEST_HELPERS) \
+	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests $(LDFLAGS) -o $@ $< $(TEST_HELPERS) \
 	  $(B)/libthrottle-testing.a -lcmocka $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
 
 torture: deps $(B)/tests/torture
@@ -196,8 +213,8 @@ torture: deps $(B)/tests/torture
 
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/bench_*.c))
 
-$(B)/bench/%: bench/%.c $(B)/libthrottle.a include/throttle.h | $(B)/bench
-	$(CC) $(CFLAGS_ALL) -Ilibthrottle -o $@ $< $(B)/libthrottle.a $(LDLIBS_CORE) -lm
+$(B)/bench/%: bench/%.c $(wildcard bench/*.h) $(B)/libthrottle.a include/throttle.h | $(B)/bench
+	$(CC) $(CFLAGS_ALL) -Ilibthrottle $(LDFLAGS) -o $@ $< $(B)/libthrottle.a $(LDLIBS_CORE) -lm
 
 # The Redis figures start their own redis-server (tests/redis_helpers.c)
 # and time PING with hiredis directly.
@@ -205,8 +222,10 @@ $(B)/bench/bench_redis: bench/bench_redis.c tests/redis_helpers.c $(B)/libthrott
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< tests/redis_helpers.c $(B)/libthrottle.a \
 	  $(LDLIBS_REDIS) $(LDLIBS_CORE)
 
+BENCH_QUICK ?= 0
 bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/http_fleet.sh"; B=$(B) BENCH_QUICK=$(BENCH_QUICK) sh bench/http_fleet.sh
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
@@ -219,25 +238,112 @@ cppcheck:
 	  --inline-suppr -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools libthrottle tools
 
 # ---- install -----------------------------------------------------------
+#
+# Honours DESTDIR, PREFIX, LIBDIR (multiarch: LIBDIR=/usr/lib/x86_64-linux-gnu),
+# BINDIR, INCLUDEDIR, DATADIR and MANDIR.  Installs the headers, both
+# libraries (static and shared, with the soname links), throttlectl, the
+# man pages, the .pc files, a CMake package config beside them
+# (find_package(libthrottle) -> libthrottle::throttle,
+# libthrottle::throttle-curl) and bash completion for throttlectl.
+# `make uninstall` with the same variables removes exactly that.
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 0644 include/throttle.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(B)/libthrottle.a $(DESTDIR)$(LIBDIR)/
-	install -m 0755 $(B)/libthrottle.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle.so.$(VERSION)
-	ln -sf libthrottle.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libthrottle.so.$(MAJOR)
-	ln -sf libthrottle.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle.so
-	install -m 0755 $(B)/throttlectl $(DESTDIR)$(PREFIX)/bin/
+CMAKEDIR := $(LIBDIR)/cmake/libthrottle
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+# The CMake config finds its headers from where it lies, so a staged
+# (DESTDIR) or moved tree works too.
+REL_INCLUDEDIR = $(shell realpath -m --relative-to=$(CMAKEDIR) $(INCLUDEDIR))
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+  -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+  -e 's|@MAJOR@|$(MAJOR)|g' -e 's|@REL_INCLUDEDIR@|$(REL_INCLUDEDIR)|g'
+
+install: all man
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR) \
+	  $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
+	  $(DESTDIR)$(BASHCOMPDIR)
+	install -m 0644 include/throttle.h include/throttle_curl.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 0755 $(B)/throttlectl $(DESTDIR)$(BINDIR)/
 	$(if $(REDIS_SRC),install -m 0755 $(B)/libthrottle-redis.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	  libthrottle/libthrottle.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle.pc
-	install -m 0644 include/throttle_curl.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(B)/libthrottle-curl.a $(DESTDIR)$(LIBDIR)/
-	install -m 0755 $(B)/libthrottle-curl.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so.$(VERSION)
-	ln -sf libthrottle-curl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so.$(MAJOR)
-	ln -sf libthrottle-curl.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libthrottle-curl.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	  libthrottle/libthrottle-curl.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libthrottle-curl.pc
+	set -e; for l in libthrottle libthrottle-curl; do \
+	  install -m 0644 $(B)/$$l.a $(DESTDIR)$(LIBDIR)/; \
+	  install -m 0755 $(B)/$$l.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/$$l.so.$(VERSION); \
+	  ln -sf $$l.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$$l.so.$(MAJOR); \
+	  ln -sf $$l.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/$$l.so; \
+	  $(SUBST) libthrottle/$$l.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc; \
+	done
+	$(SUBST) tools/cmake/libthrottle-config.cmake.in > $(DESTDIR)$(CMAKEDIR)/libthrottle-config.cmake
+	$(SUBST) tools/cmake/libthrottle-config-version.cmake.in \
+	  > $(DESTDIR)$(CMAKEDIR)/libthrottle-config-version.cmake
+	install -m 0644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 tools/throttlectl.bash $(DESTDIR)$(BASHCOMPDIR)/throttlectl
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/throttle.h $(DESTDIR)$(INCLUDEDIR)/throttle_curl.h \
+	  $(DESTDIR)$(BINDIR)/throttlectl $(DESTDIR)$(BASHCOMPDIR)/throttlectl \
+	  $(DESTDIR)$(CMAKEDIR)/libthrottle-config.cmake \
+	  $(DESTDIR)$(CMAKEDIR)/libthrottle-config-version.cmake \
+	  $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
+	  $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3)))
+	rm -f $(DESTDIR)$(LIBDIR)/libthrottle-redis.so.$(MAJOR)
+	for l in libthrottle libthrottle-curl; do \
+	  rm -f $(DESTDIR)$(LIBDIR)/$$l.a $(DESTDIR)$(LIBDIR)/$$l.so \
+	    $(DESTDIR)$(LIBDIR)/$$l.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/$$l.so.$(VERSION) \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc; \
+	done
+	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
+
+# ---- man pages ---------------------------------------------------------
+# Written in scdoc (docs/man/*.scd), built with Debian's scdoc.
+
+MAN1 := $(patsubst docs/man/%.1.scd,$(B)/man/%.1,$(wildcard docs/man/*.1.scd))
+MAN3 := $(patsubst docs/man/%.3.scd,$(B)/man/%.3,$(wildcard docs/man/*.3.scd))
+
+man: $(MAN1) $(MAN3)
+
+$(B)/man:
+	mkdir -p $@
+
+$(B)/man/%: docs/man/%.scd | $(B)/man
+	@command -v scdoc >/dev/null || { echo "the man pages need scdoc" \
+	  "(Debian: apt-get install scdoc)" >&2; exit 1; }
+	scdoc < $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp; exit 1; }
+
+# ---- Python ------------------------------------------------------------
+# python/libthrottle (ctypes, standard library only) is installed for each
+# interpreter in PYTHONS that exists: into its package directory under
+# PREFIX/lib when it searches one (Debian's /usr/bin/python3), else into
+# its own site-packages (python/sitedir.py says which).  _installed.py
+# records LIBDIR, so `import libthrottle` finds the installed libraries
+# with no environment.  tests/test_python.sh runs the suite in make check.
+PYTHONS ?= python3 /usr/bin/python3
+PY_PKG  := $(wildcard python/libthrottle/*.py)
+
+.PHONY: install-python uninstall-python
+install: install-python
+install-python: all
+	@for py in $(PYTHONS); do \
+	  command -v $$py >/dev/null 2>&1 || continue; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
+	  echo "install python package for $$py: $(DESTDIR)$$dir/libthrottle"; \
+	  install -d "$(DESTDIR)$$dir/libthrottle" || exit 1; \
+	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
+	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
+	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
+	done
+
+# The same directories; only the package's own files (and the bytecode
+# an import left) are removed.
+uninstall: uninstall-python
+uninstall-python:
+	@for py in $(PYTHONS); do \
+	  command -v $$py >/dev/null 2>&1 || continue; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
+	  d="$(DESTDIR)$$dir/libthrottle"; \
+	  [ -d "$$d" ] || continue; \
+	  echo "uninstall python package for $$py: $$d"; \
+	  for f in $(notdir $(PY_PKG)) _installed.py; do rm -f "$$d/$$f"; done; \
+	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
+	done
 
 clean:
 	rm -rf build

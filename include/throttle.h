@@ -17,7 +17,7 @@
  *   - Keys are byte strings of 1 to 255 bytes without a NUL byte, passed as
  *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").
  *   - Times are milliseconds in the API, nanoseconds in shared memory, on
- *     CLOCK_BOOTTIME (see libthrottle/clock.c for why).
+ *     CLOCK_BOOTTIME (libthrottle(3) says why).
  *   - A throttle_t may be shared by the threads of a process.
  *
  * Caveats
@@ -25,11 +25,18 @@
  *     to the next locker, which repairs and validates the table (the mutex is
  *     robust).  Nobody waits longer than the lock timeout for a dead owner.
  *   - Stale admissions.  Each holder of an admission is recorded with its
- *     pid and its process start time (from /proc/PID/stat), so a dead
- *     holder's slot is reclaimed at the next look by any waiter (within
- *     about 300 ms) and a reused pid is not mistaken for it; a zombie
- *     counts as dead.  A holder that is alive but hung keeps its slot until
- *     its lease lapses (throttle_config_set_lease, default 10 min).  Lock
+ *     pid, its process start time (from /proc/PID/stat) and its PID
+ *     namespace, so a dead holder's slot is reclaimed at the next look by
+ *     any waiter (within about 300 ms) and a reused pid is not mistaken for
+ *     it; a zombie counts as dead.  Dead needs evidence: a holder that
+ *     cannot be judged is alive until its lease lapses.  That is the case
+ *     for a holder in another PID namespace (containers that share IPC and
+ *     /dev/shm but not their PIDs: each container's dead holders then cost
+ *     the others up to one lease, so keep the lease short there, or give
+ *     each container its own THROTTLE_SEGMENT), and for a caller that
+ *     cannot read /proc (hidepid, /proc not mounted).  A holder that is
+ *     alive but hung keeps its slot until its lease lapses
+ *     (throttle_config_set_lease, default 10 min).  Lock
  *     bytes per slot (OFD locks) were rejected: they are inherited across
  *     fork(), so a child would keep a dead parent's slot alive.
  *   - Stale or damaged segments.  A segment written by another layout, by
@@ -45,7 +52,27 @@
  *   - Trust.  Any process of the same user can write the segment.  Every field
  *     read from it is validated; a hostile writer can delay a key by at most
  *     the configured maximum delay and cannot crash or hang a reader.
- *   - docs/FAILURE-MODEL.md lists every fault and what an operator does.
+ *   - fork().  Loaders fork (multiprocessing's fork start method, pools,
+ *     xargs), so each object is defined across it:
+ *       Handles: a child may go on using a throttle_t it inherited (the
+ *       mapping is shared, not copied) and must throttle_close() its copy;
+ *       or open its own.  Configurations are plain memory, copied.
+ *       Tickets: an admission is one slot, whichever process holds the
+ *       ticket.  A child may throttle_leave() an inherited ticket; that
+ *       releases the slot, and the copy left in the parent is then stale
+ *       (its throttle_leave() frees nothing and returns THROTTLE_ESTALE).
+ *       Leave each admission once, in one process.  The slot is judged
+ *       alive by the process that entered: if that one exits while a child
+ *       still works under its ticket, the slot is reclaimed as dead.
+ *       Waits: fork() copies only the calling thread, so a wait in another
+ *       thread does not exist in the child; the parent's queue place stays
+ *       the parent's.  Jitter is reseeded in the child, so forked waiters
+ *       do not wake in step.
+ *       Python multiprocessing with the fork start method gives each worker
+ *       the parent's handle under these rules; with spawn or forkserver
+ *       each worker opens its own.
+ *   - docs/FAILURE-MODEL.md lists every fault and what an operator does;
+ *     libthrottle(3), throttle_curl(3) and throttlectl(1) are the manual.
  */
 #ifndef THROTTLE_H
 #define THROTTLE_H
@@ -107,7 +134,10 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(ECANCELED, -19, "canceled")                                               \
   XX(ESYS, -20, "system call failed")                                          \
   XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
-  XX(EBACKEND, -22, "the backend module cannot be loaded")
+  XX(EINTR, -22, "interrupted by the caller")                                 \
+  XX(ESTALE, -23, "the admission was already taken back")    \
+  XX(EREADONLY, -24, "the handle is read-only")                               \
+  XX(EBACKEND, -25, "the backend module cannot be loaded")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -144,8 +174,15 @@ THROTTLE_EXTERN int throttle_config_set_segment(throttle_config_t *cfg,
 THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
                                                  uint32_t keys);
 
-/* Largest delay a publisher may set and a reader will honour.  Default
- * $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
+/* Largest delay this process honours: throttle_wait() and
+ * throttle_remaining() treat a longer not-before as this long (counted from
+ * the start of the wait).  throttle_enter() follows the gate all processes
+ * share, bounded by the segment's maximum; bound its wait with its timeout.
+ * It never changes what is stored for the others (a loosely configured
+ * process cannot shorten their waits).  When
+ * this process creates the segment, it is also the segment's maximum, the
+ * most any publisher may store (see throttle_set_segment_max_delay()).
+ * Default $THROTTLE_MAX_DELAY_MS, else 900000 (15 min).
  * Errors: THROTTLE_EINVAL (0 or more than 7 days). */
 THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
                                                   uint64_t ms);
@@ -163,6 +200,30 @@ THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
 THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
                                               uint32_t ms);
 
+/* Make every wait of the library interruptible by the caller, e.g. by a
+ * language binding that must react to Ctrl-C.  While a call waits (the
+ * back-off and gate waits of throttle_wait(), the not-before, slot, probe,
+ * rate and pause waits of throttle_enter()), it calls check(arg) at least
+ * every period_ms, at once when a signal interrupts its sleep (EINTR), and
+ * once before it first sleeps.  A nonzero return abandons the wait: the
+ * call gives back whatever it had taken (its queue place, or a slot
+ * granted in the meantime, which goes to the next waiter as if abandoned)
+ * and returns THROTTLE_EINTR.  check runs in the waiting thread with no
+ * lock of the library held, so it may call the library itself; it must
+ * not longjmp out.  Handles opened from cfg keep the hook; check = NULL
+ * removes it (period_ms is then ignored).
+ *
+ * Not covered: the segment mutex and the creation lock, which are only
+ * ever held for microseconds and whose waits are bounded by the lock
+ * timeout (throttle_config_set_lock_timeout), and throttle_try_enter(),
+ * which never waits.
+ * Errors: THROTTLE_EINVAL (cfg NULL, or period_ms 0 or above 60000 with a
+ * check). */
+THROTTLE_EXTERN int throttle_config_set_interrupt(throttle_config_t *cfg,
+                                                  int (*check)(void *arg),
+                                                  void *arg,
+                                                  uint32_t period_ms);
+
 /* Flags for throttle_config_set_flags(). */
 enum {
   /* Accept (and create) a segment readable and writable by the owner's
@@ -174,6 +235,17 @@ enum {
   THROTTLE_NO_FALLBACK = 1u << 1,
   /* Attach only; never create the segment (THROTTLE_ESHM if it is absent). */
   THROTTLE_NO_CREATE = 1u << 2,
+  /* Inspect only: open the segment read-only (O_RDONLY, PROT_READ), so
+   * that anyone allowed to read it (its owner, root, a user its mode lets
+   * read) can look at it without writing a byte, not even its mutex; owner
+   * and mode are therefore not checked.  Implies THROTTLE_NO_CREATE.  The
+   * reading calls (throttle_remaining, throttle_info, throttle_foreach,
+   * throttle_stats) work on a private copy taken at each call.  The key
+   * settings calls (throttle_set_*, pause, resume, cancel) fail with
+   * THROTTLE_EREADONLY; publishing, waiting and admitting are not for
+   * such a handle (what they change stays in its private copy).  An
+   * absent segment is THROTTLE_ESHM; one it may not read, THROTTLE_EOWNER. */
+  THROTTLE_READONLY = 1u << 3,
 };
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);
@@ -239,15 +311,18 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
  * NULL.  Valid until the next call in this thread. */
 THROTTLE_EXTERN const char *throttle_errmsg(const throttle_t *h);
 
-/* Remove the named segment (NULL: the default name).  Processes that have
- * it open keep their mapping.  Errors: THROTTLE_ENOKEY (no such segment),
- * THROTTLE_ESHM. */
+/* Remove the named segment (NULL: $THROTTLE_SEGMENT, else the default
+ * name).  Processes that have it open keep their mapping.
+ * Errors: THROTTLE_EINVAL (an invalid name, or segment_name NULL and
+ * $THROTTLE_SEGMENT set but invalid: the default is never removed in its
+ * place), THROTTLE_ENOKEY (no such segment), THROTTLE_ESHM. */
 THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
 
 /* ---- Back-off -------------------------------------------------------- */
 
 /* Publish "key: not before now + delay_ms".  The not-before only ever moves
- * later: it becomes max(current, now + min(delay_ms, max delay)).  Wakes
+ * later: it becomes max(current, now + min(delay_ms, the segment's maximum
+ * delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
  * back-off or holders pending, so none can be evicted: the caller honours
@@ -279,7 +354,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
  * would open after the deadline, it returns THROTTLE_ETIMEDOUT at once
  * (or as soon as a longer back-off is published while it sleeps).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
- * THROTTLE_ELOCKTIMEOUT. */
+ * THROTTLE_ELOCKTIMEOUT, THROTTLE_EINTR (throttle_config_set_interrupt). */
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms);
 #define THROTTLE_FOREVER UINT64_MAX
@@ -327,7 +402,9 @@ typedef struct throttle_ticket throttle_ticket_t;
  * not-before lies beyond it, THROTTLE_ETIMEDOUT comes at once.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ETIMEDOUT,
  * THROTTLE_ECANCELED (throttle_cancel() on the key), THROTTLE_ENOMEM,
- * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT.  On THROTTLE_EFULL,
+ * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT, THROTTLE_EINTR (the interrupt
+ * check of throttle_config_set_interrupt() said stop; the queue place is
+ * given back).  On THROTTLE_EFULL,
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
  * not the key: fail open (send anyway, honouring Retry-After yourself). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
@@ -349,8 +426,14 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
  * is published as a back-off (0 means the default of 5000 ms).
+ * Tickets are unique for the segment's lifetime: a ticket whose admission
+ * was already taken back (its lease lapsed, or the same admission was left
+ * before, e.g. by a forked copy) matches no slot, frees nothing and
+ * returns THROTTLE_ESTALE; a back-off it reports is still published (the
+ * server's answer holds whoever asked).
  * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
- * freed), THROTTLE_ELOCKTIMEOUT (the slot is then reclaimed by its lease). */
+ * freed), THROTTLE_ESTALE, THROTTLE_ELOCKTIMEOUT (the slot is then
+ * reclaimed by its lease). */
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);
@@ -384,6 +467,17 @@ THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
  * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
+
+/* The segment's maximum delay: the longest not-before any publisher may
+ * store, for every process.  Set by the creator (its max delay), changed
+ * here (e.g. by `throttlectl`).  Each process still honours at most its own
+ * maximum (throttle_config_set_max_delay()).
+ * Errors: THROTTLE_EINVAL (h NULL, ms 0 or more than 7 days),
+ * THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT. */
+THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,
+                                                   uint64_t ms);
+/* *ms = the segment's maximum delay.  Errors: THROTTLE_EINVAL. */
+THROTTLE_EXTERN int throttle_segment_max_delay(throttle_t *h, uint64_t *ms);
 
 /* ---- Inspection ------------------------------------------------------ */
 

@@ -102,6 +102,9 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
       .lease_ms = h->lease_ms,
       .info_size = (uint32_t)sizeof(throttle_info_t),
+      .intr = h->intr,
+      .intr_arg = h->intr_arg,
+      .intr_period_ms = h->intr_period_ns / THROTTLE__NS_PER_MS,
   };
   int rc = be->ops->open(&p, &be->state, why, sizeof why);
   if (rc != 0) {
@@ -163,7 +166,16 @@ static int result(throttle_t *h, int rc) {
       return krc_;                                                             \
   } while (0)
 
+/* A read-only handle (THROTTLE_READONLY) changes nothing anywhere: its
+ * changing calls go to the segment, which refuses them. */
+#define READ_ONLY_STAYS(h)                                                     \
+  do {                                                                         \
+    if ((h)->ro_src != NULL)                                                   \
+      return THROTTLE__BE_DOWN;                                                \
+  } while (0)
+
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms) {
+  READ_ONLY_STAYS(h);
   CHECK_KEY(h, key);
   return result(h, h->be->ops->backoff(h->be->state, key, delay_ms));
 }
@@ -193,6 +205,7 @@ int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms) {
 int throttle__be_enter(throttle_t *h, const char *key, int cls,
                        uint64_t timeout_ms, int nowait, void **tk, int *probe,
                        uint64_t *wait_ms) {
+  READ_ONLY_STAYS(h);
   /* While the backend comes back, some of this host's callers may still
    * be in the segment's gate: one of them told "come back later" after
    * this caller's heal must hold it too, so an admission is checked
@@ -224,11 +237,13 @@ int throttle__be_leave(throttle_t *h, void *tk, int outcome,
 
 int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,
                      uint64_t b) {
+  READ_ONLY_STAYS(h);
   CHECK_KEY(h, key);
   return result(h, h->be->ops->set(h->be->state, key, what, a, b));
 }
 
 int throttle__be_clear(throttle_t *h, const char *key) {
+  READ_ONLY_STAYS(h);
   if (key != NULL)
     CHECK_KEY(h, key);
   return result(h, h->be->ops->clear(h->be->state, key));

@@ -39,6 +39,11 @@ struct throttle__be_params {
   uint64_t max_delay_ms;  /* this process's maximum delay */
   uint32_t lease_ms;      /* this process's lease */
   uint32_t info_size;     /* sizeof(throttle_info_t), checked by the module */
+  /* throttle_config_set_interrupt(): asked at least every intr_period_ms
+   * while a call waits; non-zero ends the wait with THROTTLE_EINTR. */
+  int (*intr)(void *arg);
+  void *intr_arg;
+  uint64_t intr_period_ms;
 };
 
 /* Setting kinds for set(). */

@@ -54,10 +54,13 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
     uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
     if (!throttle__seq_still(h, seq))
       continue;
-    /* Further out than the maximum delay: only a writer that ignored the
-     * clamp puts it there.  Pull the stored value in under the mutex, or a
-     * waiter would sleep one maximum delay after another towards it. */
-    if (v != 0 && v > throttle__sat_add(throttle__now_ns(), h->max_delay_ns))
+    /* Further out than the segment's maximum delay: only a writer that
+     * ignored the clamp puts it there.  Pull the stored value in under the
+     * mutex, or a waiter would sleep one maximum delay after another
+     * towards it.  (Beyond this process's own maximum only, it is left
+     * alone: the callers honour their own maximum of what they read.) */
+    if (v != 0 &&
+        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
       break;
     *nb = v;
     *rec = r;
@@ -108,9 +111,7 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
     if (rc < 0)
       return rc;
   }
-  uint64_t delay = sat_mul_ms(delay_ms);
-  if (delay > h->max_delay_ns)
-    delay = h->max_delay_ns;
+  uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
     return rc;
@@ -127,8 +128,9 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   return rc;
 }
 
-/* ms until nb, rounded up; 0 when open.  A reading beyond the maximum
- * delay is treated as the maximum (the writer ignored the clamp). */
+/* ms until nb, rounded up; 0 when open.  A reading beyond this process's
+ * maximum delay is treated as that maximum (its own choice, or a writer
+ * that ignored the clamp). */
 static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now) {
   if (nb <= now)
     return 0;
@@ -191,7 +193,8 @@ static int wait_gate(throttle_t *h, const char *key, size_t len,
   uint64_t until = now + THROTTLE__POLL_NS;
   if (until > deadline)
     until = deadline;
-  throttle__futex_wait(&r->epoch, epoch, until - now);
+  if (throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
+    return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
   return 0;
 }
 
@@ -222,7 +225,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
 static int wait_slow(throttle_t *h, const char *key, size_t len,
                      uint64_t timeout_ms) {
   int rc;
-  uint64_t start = 0, deadline = UINT64_MAX, jitter = 0;
+  uint64_t start = 0, deadline = UINT64_MAX, jitter = 0, own_until = 0;
   int slept = 0;
   for (;;) {
     uint64_t nb;
@@ -245,9 +248,12 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
       if (timeout_ms != THROTTLE_FOREVER)
         deadline = throttle__sat_add(now, sat_mul_ms(timeout_ms));
       jitter = throttle__random() % (THROTTLE__JITTER_MAX_NS + 1);
+      /* This process's own maximum delay counts from the start of its
+       * wait (counted from each look, it would never run out). */
+      own_until = throttle__sat_add(now, h->max_delay_ns);
     }
-    if (nb > now && nb - now > h->max_delay_ns)
-      nb = now + h->max_delay_ns;
+    if (nb > own_until)
+      nb = own_until;
     if (nb > deadline) {
       if (slept)
         count_wait(h, key, len, now - start);
@@ -263,7 +269,10 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
       target = deadline;
     slept = 1;
     if (now < target) {
-      throttle__futex_wait(&r->epoch, epoch, target - now);
+      if (throttle__sleep(h, &r->epoch, epoch, target - now) != 0) {
+        count_wait(h, key, len, throttle__now_ns() - start);
+        return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
+      }
       continue;
     }
     if (!held)

@@ -70,8 +70,8 @@ uint64_t throttle__sat_add(uint64_t a, uint64_t b) {
 
 /* Shared (not FUTEX_PRIVATE) waits: the word lives in a MAP_SHARED segment
  * and the waker is usually another process. */
-void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
-                          uint64_t rel_ns) {
+int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
+                         uint64_t rel_ns) {
   struct timespec ts;
   if (rel_ns > UINT64_C(86400) * 1000000000u)
     rel_ns = UINT64_C(86400) * 1000000000u;
@@ -80,8 +80,40 @@ void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
   /* Every caller re-checks after a wait, so an early return (EINTR, or a
    * test's injected fault) costs a loop, never a wrong answer. */
   if (THROTTLE__FAULT(FUTEX))
-    return;
-  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL, 0);
+    return EINTR;
+  if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL,
+              0) != 0 &&
+      errno == EINTR)
+    return EINTR;
+  return 0;
+}
+
+/* The interrupt check runs before the first slice (a caller already told
+ * to stop does not sleep at all), after every slice and after a signal.
+ * The slices are counted as well as timed: with no clock (clock.c above)
+ * the count still ends the sleep, and an early end only makes the caller
+ * look again.  Rejected: a signal of our own to cut the sleep short (the
+ * library would then own a signal number and its handler, which belong to
+ * the application). */
+int throttle__sleep(const throttle_t *h, _Atomic uint32_t *word,
+                    uint32_t expect, uint64_t rel_ns) {
+  if (h->intr == NULL) {
+    throttle__futex_wait(word, expect, rel_ns);
+    return 0;
+  }
+  uint64_t period = h->intr_period_ns;
+  uint64_t end = throttle__sat_add(throttle__mono_ns(), rel_ns);
+  uint64_t slices = rel_ns / period + 2;
+  for (uint64_t i = 0;; i++) {
+    if (h->intr(h->intr_arg) != 0)
+      return THROTTLE_EINTR;
+    uint64_t now = throttle__mono_ns();
+    if (i >= slices || now >= end ||
+        atomic_load_explicit(word, memory_order_acquire) != expect)
+      return 0;
+    uint64_t slice = end - now < period ? end - now : period;
+    throttle__futex_wait(word, expect, slice);
+  }
 }
 
 void throttle__futex_wake(_Atomic uint32_t *word) {

@@ -38,6 +38,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,30 +61,31 @@ struct throttle_ticket {
 
 /* ---- processes ------------------------------------------------------- */
 
-/* What /proc says of a process: gone (no such entry, or a zombie: a
- * killed child its parent has not reaped yet is dead to us), alive with its
- * start time in clock ticks since boot, or unknown (the entry could not be
- * read, e.g. out of file descriptors). */
-enum { PROC_GONE, PROC_ALIVE, PROC_UNKNOWN };
+/* What /proc says of a process: a zombie (dead to us: a killed child its
+ * parent has not reaped yet), missing (no entry: gone, or hidden from us by
+ * hidepid or a /proc of another PID namespace), alive with its start time
+ * in clock ticks since boot, or unknown (unreadable, e.g. out of file
+ * descriptors). */
+enum { PROC_ZOMBIE, PROC_MISSING, PROC_ALIVE, PROC_UNKNOWN };
 
 static int proc_start(pid_t pid, uint64_t *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNKNOWN;
+    return errno == ENOENT || errno == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   int e = errno;
   close(fd);
   if (n <= 0)
-    return n < 0 && e == ESRCH ? PROC_GONE : PROC_UNKNOWN;
+    return n < 0 && e == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
   buf[n] = 0;
   char *p = strrchr(buf, ')'); /* the command name may hold spaces */
   if (p == NULL || p[1] != ' ')
     return PROC_UNKNOWN;
   char state = p[2];
   if (state == 'Z' || state == 'X' || state == 'x')
-    return PROC_GONE;
+    return PROC_ZOMBIE;
   /* Field 3 is the state; the start time is field 22. */
   p += 2;
   for (int field = 3; field < 22 && p != NULL; field++) {
@@ -97,25 +99,46 @@ static int proc_start(pid_t pid, uint64_t *start) {
   return PROC_ALIVE;
 }
 
-/* This process's start time, 0 when /proc could not tell (a slot with start
- * 0 is then judged by its pid alone). */
-static uint64_t my_start(void) {
+/* This process's start time and PID namespace (the inode of
+ * /proc/self/ns/pid), 0 when /proc could not tell.  Cached per pid, so a
+ * forked child looks again. */
+struct self_id {
+  uint64_t start;
+  uint64_t pidns;
+};
+
+static struct self_id my_id(void) {
   static _Atomic int64_t cached_pid;
-  static _Atomic uint64_t cached;
+  static _Atomic uint64_t cached_start, cached_ns;
   pid_t me = getpid();
   if (atomic_load(&cached_pid) != me) {
     uint64_t st = 0;
     if (proc_start(me, &st) != PROC_ALIVE)
       st = 0;
-    atomic_store(&cached, st);
+    struct stat sb;
+    uint64_t ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino
+                                                      : 0;
+    atomic_store(&cached_start, st);
+    atomic_store(&cached_ns, ns);
     atomic_store(&cached_pid, me);
   }
-  return atomic_load(&cached);
+  return (struct self_id){atomic_load(&cached_start), atomic_load(&cached_ns)};
 }
 
 /* Dead only on evidence: a live holder's slot must never be taken because
- * /proc could not be read at that moment (that would admit over the cap). */
+ * it could not be seen (that would admit over the cap, I5).  Evidence is
+ * judged only within one PID namespace, known on both sides: a pid of
+ * another namespace names some other process here (two containers of a
+ * pod share IPC and /dev/shm but not their PIDs), so such a holder, or one
+ * whose namespace is unknown, lives until its lease lapses.  Within the
+ * namespace: kill() saying ESRCH, a zombie, or another start time on the
+ * pid (reused).  A missing /proc entry of a process kill() still finds
+ * is hidden (hidepid, another /proc), not dead; if it really just died,
+ * the next look sees ESRCH. */
 static bool holder_alive(const struct throttle__slot *s) {
+  struct self_id me = my_id();
+  if (s->pidns == 0 || me.pidns == 0 || s->pidns != me.pidns)
+    return true;
   if (s->pid == (uint32_t)getpid())
     return true;
   if (s->pid == 0 || s->pid > INT32_MAX)
@@ -124,7 +147,7 @@ static bool holder_alive(const struct throttle__slot *s) {
     return false;
   uint64_t st = 0;
   switch (proc_start((pid_t)s->pid, &st)) {
-  case PROC_GONE:
+  case PROC_ZOMBIE:
     return false;
   case PROC_ALIVE: /* another process now wears the pid? */
     return s->start == 0 || st == s->start;
@@ -195,36 +218,84 @@ void throttle__open_locked(struct throttle__rec *r) {
   sat_inc(&r->clears);
 }
 
+/* Every wake changes the word it wakes on: a waiter that read its word
+ * under the mutex and is between unlocking and futex_wait() would
+ * otherwise miss the wake (the kernel compares the word, unchanged) and
+ * sleep until its re-check, up to POLL_NS late for a resume, a clear or a
+ * raised cap. */
 void throttle__wake_rec(struct throttle__rec *r) {
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
   throttle__futex_wake(&r->epoch);
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state != THROTTLE__SLOT_FREE)
+    if (r->slot[i].state != THROTTLE__SLOT_FREE) {
+      bump(&r->slot[i]);
       throttle__futex_wake(&r->slot[i].word);
+    }
 }
 
 void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
                               uint64_t now, uint64_t delay_ns) {
-  if (delay_ns > h->max_delay_ns)
-    delay_ns = h->max_delay_ns;
+  uint64_t seg_max = throttle__seg_max_ns(h);
+  if (delay_ns > seg_max) /* the fleet's bound, not this process's own */
+    delay_ns = seg_max;
   uint64_t cur = throttle__clamp_nb_locked(h, r, now);
   uint64_t want = throttle__sat_add(now, delay_ns);
+  /* The episode first, the not-before second: a crash between the two
+   * leaves an episode on an open key (the next caller probes alone), never
+   * a not-before without an episode (when it passed, every waiter would go
+   * at once: a herd). */
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
+  THROTTLE__CRASHPOINT("gate-mid-publish");
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);
-  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
   r->last_pid = (uint32_t)getpid();
   r->last_use_ns = now;
 }
 
+/* ---- time read from shared memory (I8) ------------------------------- */
+
+/* Every time-like field is bounded where it is read and at repair, so that
+ * one bad word delays a key by at most the segment's maximum delay (or a
+ * slot by the longest lease), never forever.  Stored back, so every reader
+ * sees the same bounded value. */
+#define LEASE_MAX_MS 86400000u                                /* one day */
+#define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
+
+static void bound_slot_times(struct throttle__slot *s, uint64_t now) {
+  if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
+    s->lease_ms = LEASE_MAX_MS;
+  if (s->since_ns > now) /* a grant in the future would never lapse */
+    s->since_ns = now;
+}
+
+/* A conforming GCRA state never runs more than one period ahead of now. */
+static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
+  if (r->rate_n != 0 && r->rate_period_ns == 0)
+    r->rate_n = 0; /* no period: no rate (the setter never writes this) */
+  if (r->rate_n == 0)
+    return;
+  if (r->rate_period_ns > RATE_PERIOD_MAX_NS)
+    r->rate_period_ns = RATE_PERIOD_MAX_NS;
+  uint64_t ahead = r->rate_period_ns;
+  uint64_t max = throttle__seg_max_ns(h);
+  if (ahead > max)
+    ahead = max;
+  uint64_t limit = throttle__sat_add(now, ahead);
+  if (r->rate_tat_ns > limit)
+    r->rate_tat_ns = limit;
+}
+
 /* After a crash inside the critical section: make every slot and setting
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
-  (void)h;
+  uint64_t now = throttle__now_ns();
+  bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
+    bound_slot_times(s, now);
     if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
         (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
       free_slot(s);
@@ -242,8 +313,6 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     r->auto_cap = 1;
   if (r->auto_fails > MAX_AUTO_FAILS)
     r->auto_fails = MAX_AUTO_FAILS;
-  if (r->rate_n != 0 && r->rate_period_ns == 0)
-    r->rate_n = 0;
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -299,6 +368,7 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
     struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
+    bound_slot_times(s, now);
     bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
                   now - s->since_ns >
                       (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS &&
@@ -360,6 +430,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (!out)
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
+  bound_rate(h, r, now);
   uint32_t cap = cap_of(r);
   uint32_t holders = count(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =
@@ -437,15 +508,35 @@ static void learn_locked(struct throttle__rec *r, throttle_outcome_t outcome,
 
 /* ---- enter / leave --------------------------------------------------- */
 
+/* The slot of ticket t, or NULL when it is no longer there (reclaimed by
+ * its lease, or canceled and freed).  The ticket number alone identifies
+ * it: tickets never repeat within a segment, so no other admission can
+ * match, and the pid is deliberately not compared, so that a forked child
+ * can release its parent's admission (see fork in throttle.h). */
 static struct throttle__slot *my_slot(struct throttle__rec *r,
                                       const throttle_ticket_t *t) {
   if (t->slot >= THROTTLE__SLOTS)
     return NULL;
   struct throttle__slot *s = &r->slot[t->slot];
-  if (s->state == THROTTLE__SLOT_FREE || s->ticket != t->ticket ||
-      s->pid != (uint32_t)getpid())
+  if (s->state == THROTTLE__SLOT_FREE || s->ticket != t->ticket)
     return NULL;
   return s;
+}
+
+/* The next ticket of the segment.  A counter far beyond any real use (2^62
+ * admissions) was written by a bad writer: start again above the tickets
+ * of this key, which keeps its FIFO order and its identities distinct. */
+static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
+  uint64_t n = h->hdr->next_ticket + 1;
+  if (n == 0 || n > (UINT64_C(1) << 62)) {
+    n = 1;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+      if (r->slot[i].state != THROTTLE__SLOT_FREE &&
+          r->slot[i].ticket >= n && r->slot[i].ticket < (UINT64_C(1) << 62))
+        n = r->slot[i].ticket + 1;
+  }
+  h->hdr->next_ticket = n;
+  return n;
 }
 
 static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
@@ -486,9 +577,9 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
                                          ? UINT64_MAX
                                          : timeout_ms * THROTTLE__NS_PER_MS);
-  uint64_t start_ticks = my_start();
+  struct self_id self = my_id();
   uint32_t cancel_gen = 0;
-  bool registered = false, gen_taken = false;
+  bool registered = false, gen_taken = false, interrupted = false;
   struct wake w = {.n = 0};
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -517,6 +608,15 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     if (registered && s == NULL) {
       registered = false; /* reclaimed under us (lease, or a bad writer) */
     }
+    if (!registered && gen_taken && r->cancel_gen != cancel_gen) {
+      /* Canceled since we arrived, while we had no slot (more callers
+       * than slots) or lost ours: a cancel ends every caller waiting at
+       * its moment, not only those it found in a slot. */
+      sat_inc(&r->canceled);
+      throttle__unlock(h);
+      rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
+      break;
+    }
     if (!registered) {
       if (!gen_taken) {
         cancel_gen = r->cancel_gen;
@@ -535,9 +635,10 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         s->state = THROTTLE__SLOT_WAITING;
         s->cls = (uint8_t)cls;
         s->pid = (uint32_t)getpid();
-        s->start = start_ticks;
+        s->start = self.start;
+        s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
-        s->ticket = ++r->next_ticket;
+        s->ticket = next_ticket_locked(h, r);
         s->since_ns = now;
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
@@ -552,17 +653,23 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
       break;
     }
-    if (s == NULL && r->cancel_gen != cancel_gen) {
-      throttle__unlock(h);
-      rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
-      break;
-    }
     uint64_t next;
     if (s != NULL && s->state == THROTTLE__SLOT_WAITING) {
       reap_locked(r, now, false);
       grant_locked(h, r, now, &w, &next);
     } else {
       next = UINT64_MAX;
+    }
+    if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && interrupted) {
+      /* Granted while the caller was already told to stop: hand the slot
+       * on as an abandoned admission would (a probe's turn passes to the
+       * next waiter). */
+      throttle__unlock(h);
+      wake_all(&w);
+      throttle_leave(h, t, THROTTLE_OUTCOME_ABANDONED, 0); /* frees t */
+      t = NULL;
+      rc = throttle__fail(h, THROTTLE_EINTR, "interrupted by the caller");
+      break;
     }
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING) {
       t->probe = r->probe_ticket == s->ticket;
@@ -578,7 +685,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
      * grant_locked() returns before clamping for a paused key, and a
      * stored not-before past the maximum delay would become the hint. */
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
-    if (nowait || now >= deadline || (nb > now && nb > deadline)) {
+    if (nowait || interrupted || now >= deadline ||
+        (nb > now && nb > deadline)) {
       if (s != NULL)
         free_slot(s);
       grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
@@ -588,11 +696,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         *wait_ms = nb > now ? (nb - now + THROTTLE__NS_PER_MS - 1) /
                                   THROTTLE__NS_PER_MS
                             : 0;
-      rc = nowait ? throttle__fail(h, THROTTLE_EWOULDBLOCK,
-                                   "%s: not admitted now", t->key)
-                  : throttle__fail(h, THROTTLE_ETIMEDOUT,
-                                   "%s: not admitted within %llu ms", t->key,
-                                   (unsigned long long)timeout_ms);
+      if (nowait)
+        rc = throttle__fail(h, THROTTLE_EWOULDBLOCK, "%s: not admitted now",
+                            t->key);
+      else if (interrupted)
+        rc = throttle__fail(h, THROTTLE_EINTR,
+                            "%s: interrupted by the caller; its place in "
+                            "the queue was given back",
+                            t->key);
+      else
+        rc = throttle__fail(h, THROTTLE_ETIMEDOUT,
+                            "%s: not admitted within %llu ms", t->key,
+                            (unsigned long long)timeout_ms);
       break;
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
@@ -610,8 +725,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           next, throttle__random() % (THROTTLE__JITTER_MAX_NS / 5 + 1));
     if (until > deadline)
       until = deadline;
-    if (until > now)
-      throttle__futex_wait(word, seen, until - now);
+    if (until > now && throttle__sleep(h, word, seen, until - now) != 0)
+      interrupted = true; /* give back the place under the mutex, above */
   }
   throttle__free(t);
   return rc;
@@ -676,8 +791,10 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   if (r == NULL && publish)
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
   struct wake w = {.n = 0};
+  bool stale = true; /* no slot of this admission is left */
   if (r != NULL) {
     struct throttle__slot *s = my_slot(r, t);
+    stale = s == NULL;
     bool probe = s != NULL && r->probe_ticket != 0 &&
                  s->ticket == r->probe_ticket;
     uint32_t concurrent = s != NULL ? s->concurrent : 0;
@@ -706,7 +823,8 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
           ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
                                                 : ms * THROTTLE__NS_PER_MS);
     }
-    learn_locked(r, outcome, others, concurrent);
+    if (!stale) /* a stale report says nothing of the cap now */
+      learn_locked(r, outcome, others, concurrent);
     r->last_use_ns = now;
     THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
     uint64_t next;
@@ -714,11 +832,19 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   throttle__unlock(h);
   wake_all(&w);
+  char key_copy[THROTTLE__KEY_MAX + 1];
+  memcpy(key_copy, t->key, t->len + 1);
   throttle__free(t);
   if (rc == 0 && bad_outcome)
     rc = throttle__fail(h, THROTTLE_EINVAL,
                         "unknown outcome; the slot was given back as "
                         "abandoned");
+  else if (rc == 0 && stale)
+    rc = throttle__fail(h, THROTTLE_ESTALE,
+                        "%.255s: the admission was already taken back (its "
+                        "lease lapsed, or it was left before); no slot was "
+                        "touched%s",
+                        key_copy, publish ? ", the back-off was published" : "");
   else if (rc == 0)
     throttle__clear_msg(h);
   return rc;

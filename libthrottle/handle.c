@@ -78,7 +78,7 @@ THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
   return 0;
 }
 
-#define MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
+#define MAX_MAX_DELAY_MS THROTTLE__MAX_MAX_DELAY_MS
 
 THROTTLE_EXTERN int throttle_config_set_max_delay(throttle_config_t *cfg,
                                                   uint64_t ms) {
@@ -107,9 +107,21 @@ THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
   return 0;
 }
 
+THROTTLE_EXTERN int throttle_config_set_interrupt(throttle_config_t *cfg,
+                                                  int (*check)(void *arg),
+                                                  void *arg,
+                                                  uint32_t period_ms) {
+  if (cfg == NULL || (check != NULL && (period_ms == 0 || period_ms > 60000)))
+    return THROTTLE_EINVAL;
+  cfg->intr = check;
+  cfg->intr_arg = check != NULL ? arg : NULL;
+  cfg->intr_period_ms = check != NULL ? period_ms : 0;
+  return 0;
+}
+
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags) {
-  if (cfg == NULL || (flags & ~7u) != 0)
+  if (cfg == NULL || (flags & ~15u) != 0)
     return THROTTLE_EINVAL;
   cfg->flags = flags;
   return 0;
@@ -165,6 +177,13 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
                                            THROTTLE__DEFAULT_LEASE_MS, 1,
                                            86400000u, &bad);
   h->flags = cfg != NULL ? cfg->flags : 0;
+  if (cfg != NULL && cfg->intr != NULL) {
+    h->intr = cfg->intr;
+    h->intr_arg = cfg->intr_arg;
+    h->intr_period_ns = (uint64_t)cfg->intr_period_ms * THROTTLE__NS_PER_MS;
+  }
+  if (h->flags & THROTTLE_READONLY) /* inspecting never creates */
+    h->flags |= THROTTLE_NO_CREATE;
 
   uint32_t want_capacity = h->capacity;
   int rc = throttle__segment_open(h, cfg);
@@ -229,11 +248,23 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h) {
   return h != NULL ? h->name : "";
 }
 
+int throttle__readonly_fail(const throttle_t *h, const char *what) {
+  return throttle__fail(h, THROTTLE_EREADONLY,
+                        "%s is open read-only (THROTTLE_READONLY): cannot %s; "
+                        "its owner can, without that flag",
+                        h->name, what);
+}
+
 THROTTLE_EXTERN int throttle_unlink(const char *segment_name) {
   char name[256];
   if (segment_name != NULL && !valid_segment_name(segment_name))
     return THROTTLE_EINVAL;
-  resolve_name(segment_name, name, sizeof name);
+  /* An invalid $THROTTLE_SEGMENT names no segment: removing the default
+   * instead would destroy the back-offs of every loader that uses it.
+   * Falling back to the default is for opening only, where it fails open
+   * and throttle_errmsg() says so. */
+  if (resolve_name(segment_name, name, sizeof name) != 0)
+    return THROTTLE_EINVAL;
   if (shm_unlink(name) == 0)
     return 0;
   return errno == ENOENT ? THROTTLE_ENOKEY : THROTTLE_ESHM;

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 1u
+#define THROTTLE__LAYOUT 2u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -71,6 +71,16 @@ struct throttle__hdr {
   uint32_t tombstones;
   uint64_t evictions;
   uint64_t repairs;
+  /* Admission tickets: one sequence for the whole segment, never reset,
+   * so a ticket names one admission for the segment's lifetime (a
+   * per-key count restarted when a key was evicted and reused, and a
+   * stale ticket then matched a new holder's slot). */
+  uint64_t next_ticket;
+  /* The fleet's maximum delay: the most a publisher may store, set by the
+   * creator (its max delay) and changed with throttle_set_segment_max_delay.
+   * A process's own max delay bounds only what it honours (I1); read
+   * without the mutex, bounded on every read (throttle__seg_max_ns). */
+  _Atomic uint64_t max_delay_ns;
 };
 
 /* Participants of one key: holders and waiters.  A key with more than
@@ -94,7 +104,8 @@ struct throttle__slot {
   uint32_t pid;
   uint32_t lease_ms; /* how long a grant may be held before reclaim */
   uint64_t start;    /* process start time (clock ticks), against pid reuse */
-  uint64_t ticket;   /* per-key arrival number: FIFO order and identity */
+  uint64_t pidns;    /* inode of the holder's PID namespace, 0 = unknown */
+  uint64_t ticket;   /* segment-wide arrival number: FIFO order, identity */
   uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
 };
 
@@ -130,7 +141,6 @@ struct throttle__rec {
   uint64_t rate_period_ns;
   /* State: */
   uint64_t rate_tat_ns; /* GCRA theoretical arrival time */
-  uint64_t next_ticket;
   uint64_t last_reap_ns;
   uint32_t auto_cap;      /* learned cap, 1..THROTTLE__SLOTS */
   uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
@@ -185,6 +195,9 @@ struct throttle_config {
   uint64_t lease_ms;
   unsigned flags;
   unsigned set; /* which fields were set explicitly */
+  int (*intr)(void *arg); /* throttle_config_set_interrupt */
+  void *intr_arg;
+  uint32_t intr_period_ms;
 };
 
 struct throttle {
@@ -202,7 +215,14 @@ struct throttle {
   uint32_t lock_timeout_ms;
   uint32_t lease_ms;
   unsigned flags;
+  int (*intr)(void *arg); /* the caller's interrupt check, or NULL */
+  void *intr_arg;
+  uint64_t intr_period_ns;
   char open_msg[512]; /* why the handle fell back, or "" */
+  /* THROTTLE_READONLY: the segment mapped PROT_READ; base is then a
+   * private copy refreshed under ro_lock by throttle__lock (segment.c). */
+  const void *ro_src;
+  pthread_mutex_t ro_lock;
   struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
 };
 
@@ -234,11 +254,21 @@ void throttle__orphan_msg(const throttle_t *h);
 /* clock.c */
 uint64_t throttle__now_ns(void);
 uint64_t throttle__mono_ns(void);
-void throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
-                          uint64_t rel_ns);
+/* 0, or EINTR when a signal cut the sleep short. */
+int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
+                         uint64_t rel_ns);
+/* Every sleep of the library: throttle__futex_wait() cut into slices of the
+ * handle's interrupt period, calling its check between them.  0 (woken,
+ * timed out, or returned early: callers re-check), or THROTTLE_EINTR when
+ * the check asked to stop (the caller then gives back what it holds). */
+int throttle__sleep(const throttle_t *h, _Atomic uint32_t *word,
+                    uint32_t expect, uint64_t rel_ns);
 void throttle__futex_wake(_Atomic uint32_t *word);
 uint64_t throttle__random(void);
 uint64_t throttle__sat_add(uint64_t a, uint64_t b);
+
+/* handle.c: THROTTLE_EREADONLY with a message naming what was refused. */
+int throttle__readonly_fail(const throttle_t *h, const char *what);
 
 /* segment.c */
 int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg);
@@ -265,8 +295,13 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             struct throttle__rec **out);
 void throttle__init_table(throttle_t *h);
 void throttle__repair_locked(throttle_t *h);
+/* The not-before, pulled in (and stored so) when beyond the segment's
+ * maximum delay. */
 uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
                                    uint64_t now);
+/* The segment's maximum delay, bounded (shared memory is input). */
+uint64_t throttle__seg_max_ns(const throttle_t *h);
+#define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
 /* gate.c */

@@ -90,6 +90,9 @@ struct rds {
   uint64_t ttl_ms;
   uint64_t max_delay_ms;
   uint32_t lease_ms;
+  int (*intr)(void *arg); /* the caller's interrupt check, or NULL */
+  void *intr_arg;
+  uint64_t intr_period_ms;
   char me[300]; /* hostname, for info and listings */
   /* connections */
   pthread_mutex_t mu;

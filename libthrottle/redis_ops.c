@@ -67,6 +67,9 @@ static int rds_open(const struct throttle__be_params *p, void **out,
                      UINT64_C(86400000) * 366);
   r->max_delay_ms = p->max_delay_ms;
   r->lease_ms = p->lease_ms;
+  r->intr = p->intr;
+  r->intr_arg = p->intr_arg;
+  r->intr_period_ms = p->intr_period_ms ? p->intr_period_ms : 1;
   if (gethostname(r->me, sizeof r->me - 1) != 0 || r->me[0] == 0)
     snprintf(r->me, sizeof r->me, "unknown");
   for (char *c = r->me; *c; c++)
@@ -286,6 +289,18 @@ static int rds_remaining(void *be, const char *key, uint64_t *ms_left) {
   return 0;
 }
 
+/* A wait's next sleep, cut to the interrupt period; 1 when the caller's
+ * interrupt check says stop. */
+static int sleep_slice(const struct rds *r, uint64_t *ms) {
+  if (r->intr == NULL)
+    return 0;
+  if (r->intr(r->intr_arg) != 0)
+    return 1;
+  if (*ms > r->intr_period_ms)
+    *ms = r->intr_period_ms;
+  return 0;
+}
+
 static uint64_t jitter_ms(uint64_t max) {
   static __thread unsigned seed;
   if (seed == 0)
@@ -333,6 +348,11 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
     if (deadline != UINT64_MAX && now + sleep > deadline)
       sleep = deadline > now ? deadline - now : 0;
     slept = 1;
+    if (sleep_slice(r, &sleep)) {
+      rds_put(r, c, 1);
+      rds_msg("%s: interrupted by the caller", key);
+      return THROTTLE_EINTR;
+    }
     redisReply *rep = rds_blpop(r, c, key, id, sleep);
     if (rep == NULL)
       return rds_down(r, c, "wait");
@@ -433,6 +453,25 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     now = rds_mono_ms();
     if (deadline != UINT64_MAX && now + sleep > deadline)
       sleep = deadline > now ? deadline - now : 0;
+    if (sleep_slice(r, &sleep)) {
+      /* Give the queue place back at once (a nowait look removes it; if
+       * the slot came meanwhile, hand it back). */
+      const char *qv[] = {id, scls, lease, live, r->me, pid, "1", "0"};
+      rep = rds_eval(r, c, RDS_ENTER, key, 8, qv);
+      if (rep == NULL)
+        return rds_down(r, c, "enter");
+      int granted = elem_int(rep, 0) == 0;
+      freeReplyObject(rep);
+      if (granted) {
+        const char *lv[] = {id, "6", "0", pid};
+        if ((rep = rds_eval(r, c, RDS_LEAVE, key, 4, lv)) == NULL)
+          return rds_down(r, c, "enter");
+        freeReplyObject(rep);
+      }
+      rds_put(r, c, 1);
+      rds_msg("%s: interrupted by the caller", key);
+      return THROTTLE_EINTR;
+    }
     rep = rds_blpop(r, c, key, id, sleep);
     if (rep == NULL)
       return rds_down(r, c, "enter");
@@ -453,9 +492,12 @@ static int rds_leave(void *be, void *tk, int outcome,
   redisReply *rep;
   int rc = call(r, RDS_LEAVE, t->key, 4, av, &rep);
   if (rc == 0) {
-    if (elem_int(rep, 0) == 1)
-      rds_msg("%s: the admission had lapsed; its report only published",
+    if (elem_int(rep, 0) == 1) {
+      rds_msg("%s: the admission had been taken back (lease or liveness "
+              "lapsed); its report only published",
               t->key);
+      rc = THROTTLE_ESTALE;
+    }
     freeReplyObject(rep);
   }
   free(t);

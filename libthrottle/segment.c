@@ -10,7 +10,24 @@
  * point releases the flock with its file descriptor and leaves a magic of 0,
  * which the next opener treats as "not yet built" — so a half-built segment
  * can neither block nor fool anyone.  A non-zero magic that is not ours is
- * never overwritten: it may be another program's live segment.
+ * never overwritten: it may be another program's live segment.  Nothing
+ * here ever removes the name (a failed creator leaves it unfinished for the
+ * next opener) or makes the object smaller (others may map all of it).
+ *
+ * Read-only attach (THROTTLE_READONLY), for an operator inspecting a
+ * segment they may read but not write (another user's, as root).  The
+ * object is opened O_RDONLY and mapped PROT_READ, so not a byte of it can
+ * be written, not even its mutex (taking it is a write, and a stopped
+ * inspector would then block every loader).  The handle works on a private
+ * copy instead: throttle__lock() refreshes it with a seqlock-checked copy
+ * (repaired privately, like an EOWNERDEAD repair, if the table kept
+ * changing under every try) and validates its header again, so every
+ * reading function works unchanged.  Outside the lock the copy's table
+ * sequence is held odd, so lock-free lookups always take the locked path
+ * and never read a stale or half-copied table.  Rejected: a second,
+ * lock-free implementation of every inspection call (two codes to keep in
+ * step), and reading the records in place (a reader would see a key's
+ * fields torn across an update).
  */
 #include "internal.h"
 
@@ -77,6 +94,25 @@ static void layout_sizes(uint32_t capacity, uint32_t *nbuckets,
   *records_off = (*records_off + THROTTLE__CACHELINE - 1) &
                  ~(uint64_t)(THROTTLE__CACHELINE - 1);
   *total = *records_off + (uint64_t)capacity * sizeof(struct throttle__rec);
+}
+
+/* The smallest capacity whose segment is at least size bytes, or 0 when
+ * even the largest is smaller. */
+static uint32_t capacity_filling(uint64_t size) {
+  uint32_t lo = 1, hi = THROTTLE__MAX_CAPACITY, nb;
+  uint64_t roff, total;
+  layout_sizes(hi, &nb, &roff, &total);
+  if (total < size)
+    return 0;
+  while (lo < hi) { /* total grows with the capacity */
+    uint32_t mid = lo + (hi - lo) / 2;
+    layout_sizes(mid, &nb, &roff, &total);
+    if (total >= size)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
 }
 
 int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
@@ -173,6 +209,8 @@ static int build(throttle_t *h, void *base, uint32_t capacity, int pshared) {
       (ssize_t)sizeof hdr->seed)
     hdr->seed = throttle__mono_ns() ^ ((uint64_t)getpid() << 40);
   hdr->created_ns = throttle__now_ns();
+  atomic_store_explicit(&hdr->max_delay_ns, h->max_delay_ns,
+                        memory_order_relaxed);
   hdr->creator_pid = (uint32_t)getpid();
 
   int rc = init_mutex(&hdr->mutex, pshared);
@@ -284,19 +322,25 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
                             "remove it (throttlectl rm)",
                             h->name);
     }
-    /* Magic 0: a creator died before finishing (or a writer zeroed it
-     * under live users).  Rebuild it, never smaller: processes that still
-     * map it would fault (SIGBUS) past a new end.  When this opener's
-     * capacity would shrink it, keep the one its header describes. */
-    uint32_t c = hdr->capacity, cnb;
+    /* Magic 0: a creator died before finishing (or a writer zeroed the
+     * header under live users).  Rebuild it, never smaller: processes that
+     * still map it would fault (SIGBUS) past a new end.  The header's own
+     * capacity cannot be trusted for that (it may be zeroed too), so the
+     * size of the object decides: when this opener's capacity would shrink
+     * it, take the smallest capacity that fills it (growing it by less than
+     * one record at most). */
+    munmap(base, size);
+    uint32_t cnb;
     uint64_t croff, ctotal;
     layout_sizes(capacity, &cnb, &croff, &ctotal);
-    if (ctotal < size && c >= 1 && c <= THROTTLE__MAX_CAPACITY) {
-      layout_sizes(c, &cnb, &croff, &ctotal);
-      if (ctotal == size)
-        capacity = c;
+    if (ctotal < size) {
+      capacity = capacity_filling(size);
+      if (capacity == 0)
+        return throttle__fail(h, THROTTLE_ESIZE,
+                              "%s is %llu bytes, more than the largest "
+                              "segment; remove it (throttlectl rm)",
+                              h->name, (unsigned long long)size);
     }
-    munmap(base, size);
   }
   if (size == 0 && (h->flags & THROTTLE_NO_CREATE))
     return throttle__fail(h, THROTTLE_ESHM,
@@ -332,8 +376,137 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
   return 0;
 }
 
+/* ---- read-only attach ------------------------------------------------ */
+
+#define RO_TSEQ_OFF offsetof(struct throttle__hdr, tseq)
+#define RO_TSEQ_LEN sizeof(uint32_t)
+
+/* Copy the live segment into the private one, all but the copy's table
+ * sequence (which stays odd, see above).  Races with writers by design:
+ * the sequence check tells whether the table was stable meanwhile. */
+__attribute__((no_sanitize("thread"))) static int ro_copy(throttle_t *h) {
+  const char *src = h->ro_src;
+  char *dst = h->base;
+  const struct throttle__hdr *shdr = h->ro_src;
+  for (int t = 0; t < 8; t++) {
+    uint32_t s = atomic_load_explicit(&shdr->tseq, memory_order_acquire);
+    memcpy(dst, src, RO_TSEQ_OFF);
+    memcpy(dst + RO_TSEQ_OFF + RO_TSEQ_LEN, src + RO_TSEQ_OFF + RO_TSEQ_LEN,
+           h->size - RO_TSEQ_OFF - RO_TSEQ_LEN);
+    atomic_thread_fence(memory_order_acquire);
+    if (!(s & 1) &&
+        atomic_load_explicit(&shdr->tseq, memory_order_relaxed) == s)
+      return 1;
+  }
+  return 0;
+}
+
+static int open_readonly(throttle_t *h) {
+  int fd = THROTTLE__SYS(SHM_OPEN, -1,
+                         shm_open(h->name, O_RDONLY | O_NOFOLLOW, 0));
+  if (fd < 0) {
+    int e = errno;
+    if (e == ELOOP)
+      return throttle__fail(h, THROTTLE_ESYMLINK,
+                            "%s is a symbolic link; refusing to follow it",
+                            h->name);
+    if (e == EACCES)
+      return throttle__fail(h, THROTTLE_EOWNER,
+                            "%s: permission denied: only its owner, root, or "
+                            "a user its mode lets read can inspect it "
+                            "(e.g. sudo throttlectl --segment %s ls)",
+                            h->name, h->name);
+    if (e == ENOENT)
+      return throttle__fail(h, THROTTLE_ESHM, "%s does not exist", h->name);
+    return throttle__fail(h, THROTTLE_ESHM, "shm_open %s: %s", h->name,
+                          strerror(e));
+  }
+  struct stat st;
+  if (THROTTLE__SYS(FSTAT, -1, fstat(fd, &st)) != 0) {
+    int rc = sys_fail(h, "fstat", errno);
+    close(fd);
+    return rc;
+  }
+  size_t size = (size_t)st.st_size;
+  if (size < header_size()) {
+    close(fd);
+    return throttle__fail(h, THROTTLE_ESHM,
+                          "%s is %zu bytes: not (yet) a segment", h->name,
+                          size);
+  }
+  void *src = THROTTLE__SYS(MMAP, MAP_FAILED,
+                            mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0));
+  int e = errno;
+  close(fd);
+  if (src == MAP_FAILED)
+    return sys_fail(h, "mmap", e);
+  char why[256];
+  int rc = throttle__validate_header(src, size, why, sizeof why);
+  if (rc != 0) {
+    munmap(src, size);
+    return throttle__fail(h, rc, "%s: %s", h->name, why);
+  }
+  void *copy = THROTTLE__SYS(MMAP, MAP_FAILED,
+                             mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (copy == MAP_FAILED) {
+    e = errno;
+    munmap(src, size);
+    return sys_fail(h, "mmap", e);
+  }
+  h->ro_src = src;
+  h->base = copy;
+  h->size = size;
+  ro_copy(h);
+  atomic_store_explicit(&((struct throttle__hdr *)copy)->tseq, 1,
+                        memory_order_release);
+  /* Validated again: the header copied may not be the one checked. */
+  if ((rc = throttle__validate_header(copy, size, why, sizeof why)) != 0) {
+    munmap(copy, size);
+    munmap(src, size);
+    h->ro_src = NULL;
+    h->base = NULL;
+    return throttle__fail(h, rc, "%s: %s", h->name, why);
+  }
+  bind_handle(h, copy, size);
+  pthread_mutex_init(&h->ro_lock, NULL);
+  return 0;
+}
+
+/* throttle__lock() on a read-only handle: refresh the copy, under the
+ * handle's own mutex (threads sharing the handle share the copy). */
+static int ro_lock(throttle_t *h) {
+  pthread_mutex_lock(&h->ro_lock);
+  int stable = ro_copy(h);
+  char why[256];
+  int rc = throttle__validate_header(h->hdr, h->size, why, sizeof why);
+  if (rc == 0 && h->hdr->capacity != h->capacity)
+    rc = THROTTLE_ESIZE;
+  if (rc != 0) {
+    pthread_mutex_unlock(&h->ro_lock);
+    return throttle__fail(h, rc, "%s: changed while being read: %s", h->name,
+                          why);
+  }
+  if (!stable) /* a writer kept the table moving, or died mid-change */
+    throttle__repair_locked(h);
+  return 0;
+}
+
+static void ro_unlock(throttle_t *h) {
+  atomic_store_explicit(&h->hdr->tseq, 1, memory_order_release);
+  pthread_mutex_unlock(&h->ro_lock);
+}
+
+/* ---- open ----------------------------------------------------------- */
+
 int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
   (void)cfg;
+  if (h->flags & THROTTLE_READONLY) {
+    int rc = open_readonly(h);
+    if (rc == 0)
+      h->shared = 1;
+    return rc;
+  }
   mode_t mode = (h->flags & THROTTLE_GROUP_SHARED) ? 0660 : 0600;
   int created = 0;
   int fd = -1;
@@ -345,9 +518,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
       created = 1;
       /* shm_open applied the umask; set the mode we mean. */
       if (THROTTLE__SYS(FCHMOD, -1, fchmod(fd, mode)) != 0) {
-        int e = errno;
+        int e = errno; /* left in place: see the end of this function */
         close(fd);
-        shm_unlink(h->name);
         return sys_fail(h, "fchmod", e);
       }
     } else if (errno != EEXIST) {
@@ -383,8 +555,13 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
     rc = attach_locked(h, fd, h->capacity, created);
     flock(fd, LOCK_UN);
   }
-  if (rc != 0 && created)
-    shm_unlink(h->name);
+  /* A creator that fails leaves the name in place, unfinished (size 0 or
+   * magic 0), for the next opener to build.  Removing it was a split
+   * brain: between our O_EXCL and our failure (an init timeout above all)
+   * another opener may have built the object and be using it, and later
+   * openers would have created a second, empty one beside it.  Nothing
+   * proves the name is still our own unfinished object without a lock
+   * that others also hold across shm_open(), and there is none. */
   close(fd);
   if (rc == 0)
     h->shared = 1;
@@ -414,6 +591,11 @@ void throttle__segment_close(throttle_t *h) {
   if (h->base != NULL)
     munmap(h->base, h->size);
   h->base = NULL;
+  if (h->ro_src != NULL) {
+    munmap((void *)h->ro_src, h->size);
+    pthread_mutex_destroy(&h->ro_lock);
+    h->ro_src = NULL;
+  }
 }
 
 /* ThreadSanitizer does not intercept pthread_mutex_clocklock, so it would
@@ -484,6 +666,8 @@ static int mutex_kind_bad(const throttle_t *h, int *kind) {
 }
 
 int throttle__lock(throttle_t *h) {
+  if (h->ro_src != NULL)
+    return ro_lock(h);
   int kind;
   if (mutex_kind_bad(h, &kind))
     return throttle__fail(h, THROTTLE_ECORRUPT,
@@ -522,6 +706,10 @@ int throttle__lock(throttle_t *h) {
 }
 
 void throttle__unlock(throttle_t *h) {
+  if (h->ro_src != NULL) {
+    ro_unlock(h);
+    return;
+  }
   pthread_mutex_unlock(&h->hdr->mutex);
 }
 

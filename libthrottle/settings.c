@@ -13,6 +13,8 @@ static int with_key(throttle_t *h, const char *key, bool create,
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "change a key's settings");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
@@ -122,3 +124,32 @@ THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
   return with_key(h, key, false, do_cancel, NULL);
 }
 
+
+/* ---- segment-wide settings ---------------------------------------------- */
+
+THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,
+                                                   uint64_t ms) {
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  if (ms == 0 || ms > THROTTLE__MAX_MAX_DELAY_MS)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "maximum delay %llu ms: must be 1 ms to 7 days",
+                          (unsigned long long)ms);
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  /* Not-befores already stored beyond a lowered maximum are pulled in by
+   * their next reader (throttle__clamp_nb_locked). */
+  atomic_store_explicit(&h->hdr->max_delay_ns, ms * THROTTLE__NS_PER_MS,
+                        memory_order_relaxed);
+  throttle__unlock(h);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+THROTTLE_EXTERN int throttle_segment_max_delay(throttle_t *h, uint64_t *ms) {
+  if (h == NULL || ms == NULL)
+    return THROTTLE_EINVAL;
+  *ms = throttle__seg_max_ns(h) / THROTTLE__NS_PER_MS;
+  return 0;
+}

@@ -323,6 +323,34 @@ int th_contains(const char *msg, const char *needle) {
   return msg != NULL && strstr(msg, needle) != NULL;
 }
 
+int64_t th_field(throttle_t *h, const char *key, throttle_field_t f) {
+  throttle_info_t *info;
+  assert_int_equal(throttle_info(h, key, &info), 0);
+  int64_t v = throttle_info_get(info, f);
+  throttle_info_free(info);
+  return v;
+}
+
+void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
+                   int64_t want, int timeout_ms) {
+  uint64_t t0 = th_mono_ms();
+  while (th_field(h, key, f) != want && th_mono_ms() - t0 < (uint64_t)timeout_ms)
+    th_sleep_ms(5);
+  assert_int_equal(th_field(h, key, f), want);
+}
+
+void *th_rec(throttle_t *h, const char *key) {
+  size_t len = strlen(key);
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state == THROTTLE__REC_USED && r->key_len == len &&
+        memcmp(r->key, key, len) == 0)
+      return r;
+  }
+  fail_msg("no record for %s", key);
+  return NULL;
+}
+
 uint64_t th_remaining(throttle_t *h, const char *key) {
   uint64_t ms = UINT64_MAX;
   int rc = throttle_remaining(h, key, &ms);

@@ -115,6 +115,18 @@ int th_contains(const char *msg, const char *needle);
 /* A key published with this much delay stays pending for the whole test. */
 #define TH_LONG_MS UINT64_C(60000)
 
+/* A field of throttle_info() for key; fails the test on an error. */
+int64_t th_field(throttle_t *h, const char *key, throttle_field_t f);
+/* Wait up to timeout_ms for that field to read want; fails the test if it
+ * never does. */
+void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
+                   int64_t want, int timeout_ms);
+
+/* The record (struct throttle__rec *) of key in h's segment, found by a
+ * scan without the mutex, for tests that forge its fields; fails the test
+ * when there is none. */
+void *th_rec(throttle_t *h, const char *key);
+
 /* throttle_remaining() of key in ms; fails the test on an error. */
 uint64_t th_remaining(throttle_t *h, const char *key);
 

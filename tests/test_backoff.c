@@ -458,8 +458,12 @@ static void test_backoff_error_names_distinct(void **state) {
   }
   assert_int_equal(THROTTLE_OK, 0);
   assert_int_equal(THROTTLE_ESYMLINK, -21); /* never renumbered */
-  assert_int_equal(THROTTLE_EBACKEND, -22);
-  const int unknown[] = {1, -23, -1000, 12345};
+  assert_int_equal(THROTTLE_EINTR, -22);
+  assert_int_equal(THROTTLE_ESTALE, -23);
+  assert_int_equal(THROTTLE_EREADONLY, -24);
+  assert_int_equal(THROTTLE_EBACKEND, -25);
+  /* one past the last code, whatever it is now */
+  const int unknown[] = {1, -(int)n, -1000, 12345};
   for (size_t i = 0; i < 4; i++) {
     assert_string_equal(throttle_strerror(unknown[i]), "unknown error");
     assert_string_equal(throttle_err_name(unknown[i]), "THROTTLE_UNKNOWN");
@@ -501,11 +505,12 @@ static void test_backoff_config_setters_reject_bad_values(void **state) {
   assert_int_equal(throttle_config_set_lock_timeout(c, 1), 0);
   assert_int_equal(throttle_config_set_lock_timeout(NULL, 1), THROTTLE_EINVAL);
 
-  assert_int_equal(throttle_config_set_flags(c, 1u << 3), THROTTLE_EINVAL);
+  assert_int_equal(throttle_config_set_flags(c, 1u << 4), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, ~0u), THROTTLE_EINVAL);
   assert_int_equal(throttle_config_set_flags(c, THROTTLE_GROUP_SHARED |
                                                     THROTTLE_NO_FALLBACK |
-                                                    THROTTLE_NO_CREATE),
+                                                    THROTTLE_NO_CREATE |
+                                                    THROTTLE_READONLY),
                    0);
   assert_int_equal(throttle_config_set_flags(c, 0), 0);
   assert_int_equal(throttle_config_set_flags(NULL, 0), THROTTLE_EINVAL);
@@ -548,6 +553,69 @@ static void test_backoff_segment_name_gets_slash(void **state) {
   assert_string_equal(throttle_errmsg(h), "");
 }
 
+/* ---- a process's own limits ------------------------------------------- */
+
+/* A process opened with a 1 s maximum delay: it peeks and waits, and may
+ * honour only 1 s itself, but must not store its limit for the others. */
+static int short_max_peeker(void *arg) {
+  struct th_fx *fx = arg;
+  throttle_config_t *cfg = throttle_config_new();
+  TH_CHILD_CHECK(cfg != NULL);
+  TH_CHILD_CHECK(throttle_config_set_segment(cfg, fx->name) == 0);
+  TH_CHILD_CHECK(throttle_config_set_max_delay(cfg, 1000) == 0);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(cfg, &h) == 0);
+  uint64_t ms = UINT64_MAX;
+  TH_CHILD_CHECK(throttle_remaining(h, "k", &ms) == 0);
+  TH_CHILD_CHECK(ms > 0 && ms <= 1000); /* what it honours itself */
+  throttle_info_t *info = NULL;
+  TH_CHILD_CHECK(throttle_info(h, "k", &info) == 0); /* under the mutex */
+  throttle_info_free(info);
+  TH_CHILD_CHECK(throttle_wait(h, "k", 1500) == 0); /* its own 1 s */
+  /* the gate is everyone's: it still holds, and is not rewritten */
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_try_enter(h, "k", THROTTLE_CLASS_LIVE, &t, NULL) ==
+                 THROTTLE_EWOULDBLOCK);
+  /* what it publishes is bounded by the segment, not by itself */
+  TH_CHILD_CHECK(throttle_backoff(h, "j", 60000) == 0);
+  throttle_close(h);
+  throttle_config_free(cfg);
+  return 0;
+}
+
+static void test_backoff_own_max_delay_stays_private(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "k", 60000), 0);
+  th_reap_ok(fx, th_spawn(fx, short_max_peeker, fx), HANG_GUARD_MS);
+  assert_true(th_remaining(h, "k") > 30000);
+  assert_true(th_remaining(h, "j") > 30000);
+}
+
+/* The fleet's maximum is the segment's: set by its creator, changed for
+ * everyone, and applied to what any process publishes. */
+static void test_backoff_segment_max_delay(void **state) {
+  struct th_fx *fx = fx_of(state);
+  assert_int_equal(throttle_config_set_max_delay(fx->cfg, 2000), 0);
+  throttle_t *h = th_open(fx); /* the creator: the segment's max is 2 s */
+  uint64_t ms = 0;
+  assert_int_equal(throttle_segment_max_delay(h, &ms), 0);
+  assert_int_equal(ms, 2000);
+  assert_int_equal(throttle_config_set_max_delay(fx->cfg, 900000), 0);
+  throttle_t *b = NULL;
+  assert_int_equal(th_open_rc(fx, &b), 0);
+  assert_int_equal(throttle_backoff(b, "k", 60000), 0);
+  assert_true(th_remaining(b, "k") <= 2000);
+  assert_int_equal(throttle_set_segment_max_delay(b, 120000), 0);
+  assert_int_equal(throttle_backoff(b, "k", 60000), 0);
+  assert_true(th_remaining(b, "k") > 30000);
+  assert_true(th_remaining(h, "k") <= 2000); /* h honours its own 2 s */
+  throttle_close(b);
+  assert_int_equal(throttle_set_segment_max_delay(h, 0), THROTTLE_EINVAL);
+  assert_int_equal(throttle_set_segment_max_delay(NULL, 1), THROTTLE_EINVAL);
+  assert_int_equal(throttle_segment_max_delay(h, NULL), THROTTLE_EINVAL);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -573,6 +641,8 @@ int main(void) {
       T(test_backoff_version_matches_macros),
       T(test_backoff_config_setters_reject_bad_values),
       T(test_backoff_segment_name_gets_slash),
+      T(test_backoff_own_max_delay_stays_private),
+      T(test_backoff_segment_max_delay),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -463,6 +463,31 @@ static void test_crashpoints_gate_mid_leave_locked(void **s) {
 static void test_crashpoints_table_mid_insert(void **s) { run_point(s, 9); }
 static void test_crashpoints_table_mid_evict(void **s) { run_point(s, 10); }
 
+/* ---- publishing ---------------------------------------------------- */
+
+static int publish_and_die(void *arg) {
+  struct th_fx *fx = arg;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  setenv("THROTTLE_CRASH_AT", "gate-mid-publish", 1);
+  throttle_backoff(h, GATE_KEY, 30000);
+  return 1; /* not reached: the crash point kills */
+}
+
+/* A publisher killed half-way through its update leaves a state that is
+ * safe as it stands: never a not-before without its lock episode (when it
+ * passed, every waiter would go at once instead of one probe). */
+static void test_crashpoints_publish_any_prefix_safe(void **s) {
+  struct th_fx *fx = fx_of(s);
+  th_reap_killed(fx, th_spawn(fx, publish_and_die, fx), HANG_GUARD_MS);
+  throttle_t *h = th_open(fx);
+  uint64_t left = th_remaining(h, GATE_KEY);
+  int64_t episode = field(h, GATE_KEY, THROTTLE_FIELD_LOCK_EPISODE);
+  assert_true(left == 0 || episode == 1);
+  assert_int_equal(episode, 1); /* the crash came between the two stores */
+  assert_int_equal(throttle_clear(h, GATE_KEY), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -480,6 +505,7 @@ int main(void) {
       T(test_crashpoints_gate_mid_leave_locked),
       T(test_crashpoints_table_mid_insert),
       T(test_crashpoints_table_mid_evict),
+      T(test_crashpoints_publish_any_prefix_safe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,6 +39,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -93,6 +94,20 @@ static int shm_exists(const char *name) {
   char path[256];
   th_shm_path(name, path, sizeof path);
   return access(path, F_OK) == 0;
+}
+
+/* Absent, or never finished (empty, or magic still 0): what a creator
+ * that failed may leave for the next opener to build. */
+static int shm_unfinished(const char *name) {
+  char path[256];
+  th_shm_path(name, path, sizeof path);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 1;
+  uint64_t magic = 0;
+  ssize_t n = read(fd, &magic, sizeof magic);
+  close(fd);
+  return n <= 0 || magic == 0;
 }
 
 static off_t shm_size(const char *name) {
@@ -311,8 +326,8 @@ static unsigned long open_loop(struct th_fx *fx, enum scene sc, int kind,
     /* The segment: whole or absent. */
     switch (sc) {
     case SCENE_CREATE:
-      if (rc != 0 && shm_exists(name))
-        fail_msg("%s, N=%lu: %s left behind", what, n, name);
+      if (rc != 0 && !shm_unfinished(name))
+        fail_msg("%s, N=%lu: %s left behind finished", what, n, name);
       break;
     case SCENE_ATTACH:
       table_ok(fx->h, what, n);
@@ -396,7 +411,7 @@ static int flock_stuck_child(void *arg) {
   TH_CHILD_CHECK(h == NULL);
   TH_CHILD_CHECK(th_contains(throttle_errmsg(NULL), "init lock"));
   TH_CHILD_CHECK(naps >= 20 && naps <= 22); /* 40 ms / 2 ms, plus one */
-  TH_CHILD_CHECK(!shm_exists(name));
+  TH_CHILD_CHECK(shm_unfinished(name));
   throttle_config_free(cfg);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -112,11 +113,7 @@ static int worker_main(void *arg) {
 }
 
 static int64_t field(throttle_t *h, throttle_field_t f) {
-  throttle_info_t *info;
-  assert_int_equal(throttle_info(h, KEY, &info), 0);
-  int64_t v = throttle_info_get(info, f);
-  throttle_info_free(info);
-  return v;
+  return th_field(h, KEY, f);
 }
 
 /* 8 processes, cap 2: never more than 2 at once, all jobs done. */
@@ -508,6 +505,140 @@ static void test_gate_cancel_wakes_all(void **state) {
   assert_int_equal(throttle_cancel(h, "no-such-key"), THROTTLE_ENOKEY);
 }
 
+static int enter_record(void *arg) {
+  struct worker *w = arg;
+  throttle_t *h = child_open(w->fx);
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 5000, &t);
+  atomic_store(&w->o->result[w->index], rc);
+  if (rc == 0)
+    throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* More callers than participant slots: the callers beyond them wait
+ * without a slot, and a cancel must end them too. */
+static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  enum { N = 34 }; /* 32 slots, 2 beyond */
+  struct worker w[N];
+  pid_t pid[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (struct worker){fx, o, i, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+    atomic_store(&o->result[i], 1);
+    pid[i] = th_spawn(fx, enter_record, &w[i]);
+  }
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 32, HANG_MS);
+  for (int i = 0; i < N; i++)
+    th_wait_sleeping(pid[i], 2000);
+  assert_int_equal(throttle_cancel(h, KEY), 0);
+  for (int i = 0; i < N; i++)
+    th_reap_ok(fx, pid[i], HANG_MS);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(atomic_load(&o->result[i]), THROTTLE_ECANCELED);
+  assert_int_equal(field(h, THROTTLE_FIELD_CANCELED), N);
+}
+
+/* The participant slot of the only waiter of KEY. */
+static struct throttle__slot *waiting_slot(throttle_t *h) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED || r->key_len != strlen(KEY) ||
+        memcmp(r->key, KEY, r->key_len) != 0)
+      continue;
+    for (uint32_t k = 0; k < THROTTLE__SLOTS; k++)
+      if (r->slot[k].state == THROTTLE__SLOT_WAITING)
+        return &r->slot[k];
+  }
+  fail_msg("no waiting slot for %s", KEY);
+  return NULL;
+}
+
+/* A wake must change the word it wakes on: a waiter that read its word
+ * and has not yet reached futex_wait() (here: stopped) would otherwise
+ * sleep through a resume until its next re-check. */
+static void test_gate_wake_changes_the_word(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  struct worker w = {fx, o, 0, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+  pid_t pid = th_spawn(fx, worker_main, &w);
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_MS);
+  assert_int_equal(kill(pid, SIGSTOP), 0);
+  th_wait_stopped(fx, pid, HANG_MS);
+  struct throttle__slot *s = waiting_slot(h);
+  uint32_t before = atomic_load(&s->word);
+  assert_int_equal(throttle_resume(h, KEY), 0);
+  assert_true(atomic_load(&s->word) != before);
+  assert_int_equal(kill(pid, SIGCONT), 0);
+  th_reap_ok(fx, pid, HANG_MS);
+}
+
+/* A ticket whose slot was reclaimed by its lease, its key then evicted
+ * and created again: a new holder of the same process lands in the same
+ * slot.  Leaving with the stale ticket must not free the new holder's
+ * slot (the cap would then admit a second caller). */
+static void test_gate_stale_ticket_frees_nothing(void **state) {
+  struct th_fx *fx = *state;
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 1), 0);
+  assert_int_equal(throttle_config_set_lease(fx->cfg, 50), 0);
+  throttle_t *h = th_open(fx);
+  throttle_ticket_t *stale, *t2, *t3, *t4;
+  assert_int_equal(
+      throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &stale), 0);
+  th_sleep_ms(120); /* the lease lapses */
+  /* the next caller reclaims it (the reap runs at most every 50 ms) */
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 5000, &t2), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_RECLAIMS), 1);
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  /* a one-key table: another key evicts KEY, KEY evicts it back */
+  assert_int_equal(throttle_enter(h, "other", THROTTLE_CLASS_LIVE, 1000, &t2),
+                   0);
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t3), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_ADMITTED), 1); /* a new record */
+  assert_int_equal(throttle_leave(h, stale, THROTTLE_OUTCOME_OK, 0),
+                   THROTTLE_ESTALE);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_try_enter(h, KEY, THROTTLE_CLASS_LIVE, &t4, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t3, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
+static int leave_in_child(void *arg) {
+  void **a = arg;
+  throttle_t *h = a[0];
+  throttle_ticket_t *t = a[1];
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  return 0;
+}
+
+/* A worker forked after throttle_enter() leaves with the inherited
+ * ticket: the slot is released (the next caller is admitted while the
+ * parent lives), and the parent's own copy is then stale. */
+static void test_gate_ticket_left_from_forked_child(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  throttle_ticket_t *t, *t2;
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  void *arg[2] = {h, t};
+  th_reap_ok(fx, th_spawn(fx, leave_in_child, arg), HANG_MS);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 0);
+  assert_int_equal(throttle_try_enter(h, KEY, THROTTLE_CLASS_LIVE, &t2, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0),
+                   THROTTLE_ESTALE);
+  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 1); /* t2 kept */
+  assert_int_equal(throttle_leave(h, t2, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
  * admitted before the back-off keeps its slot alone. */
 static void test_gate_waiting_holds_nothing(void **state) {
@@ -647,6 +778,10 @@ int main(void) {
       T(test_gate_rate),
       T(test_gate_pause_resume),
       T(test_gate_cancel_wakes_all),
+      T(test_gate_cancel_reaches_callers_beyond_slots),
+      T(test_gate_wake_changes_the_word),
+      T(test_gate_stale_ticket_frees_nothing),
+      T(test_gate_ticket_left_from_forked_child),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),

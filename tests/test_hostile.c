@@ -105,14 +105,7 @@ static const char *bad_key(int i) {
 }
 
 static struct throttle__rec *rec_of(throttle_t *h, const char *key) {
-  size_t len = strlen(key);
-  for (uint32_t i = 0; i < h->capacity; i++) {
-    struct throttle__rec *r = &h->recs[i];
-    if (r->state == THROTTLE__REC_USED && r->key_len == len &&
-        memcmp(r->key, key, len) == 0)
-      return r;
-  }
-  return NULL;
+  return th_rec(h, key);
 }
 
 /* ---- the writer ---------------------------------------------------------- */
@@ -171,7 +164,6 @@ static void nasty_rec(struct throttle__rec *r, uint64_t *rs) {
     r->share_permille = (uint32_t)xorshift(rs);
     break;
   case 5:
-    r->next_ticket = UINT64_MAX - rnd(rs, 2);
     r->probe_ticket = xorshift(rs);
     r->flags = (uint16_t)xorshift(rs);
     break;

@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -464,6 +467,182 @@ static int child_holds_init_lock(void *p) {
   return 0;
 }
 
+/* ---- liveness across PID namespaces and hidden /proc ------------------- */
+
+#define NS_KEY "ns"
+#define SKIP_STATUS 77
+
+struct ns_arg {
+  struct th_fx *fx;
+  int fd; /* to the parent: 1 = holding, 0 = cannot (skip) */
+};
+
+static int enter_and_hold(struct th_fx *fx, int fd) {
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  throttle_ticket_t *t;
+  TH_CHILD_CHECK(throttle_enter(h, NS_KEY, THROTTLE_CLASS_LIVE, 5000, &t) ==
+                 0);
+  th_send_u64(fd, 1);
+  for (;;)
+    pause();
+}
+
+/* As `unshare --pid --fork --mount-proc`: a new PID namespace whose first
+ * process (pid 1 there) mounts its own /proc, then holds the only slot. */
+static int ns_holder(void *arg) {
+  struct ns_arg *a = arg;
+  if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
+    fprintf(stderr, "unshare(CLONE_NEWPID|CLONE_NEWNS): %s\n",
+            strerror(errno));
+    th_send_u64(a->fd, 0);
+    return 0;
+  }
+  pid_t g = fork();
+  if (g == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) != 0) {
+      fprintf(stderr, "mount /proc: %s\n", strerror(errno));
+      th_send_u64(a->fd, 0);
+      _exit(0);
+    }
+    _exit(enter_and_hold(a->fx, a->fd));
+  }
+  if (g < 0)
+    return 1;
+  while (waitpid(g, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return 0;
+}
+
+static int plain_holder(void *arg) {
+  struct ns_arg *a = arg;
+  return enter_and_hold(a->fx, a->fd);
+}
+
+/* Callers that keep asking while a holder they cannot judge holds the
+ * only slot: never admitted, nothing reclaimed. */
+static int keep_asking(throttle_t *h) {
+  for (int i = 0; i < 8; i++) {
+    throttle_ticket_t *t = NULL;
+    int rc = throttle_try_enter(h, NS_KEY, THROTTLE_CLASS_LIVE, &t, NULL);
+    if (rc == 0)
+      throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+    if (rc != THROTTLE_EWOULDBLOCK)
+      return 1;
+    th_sleep_ms(60); /* past the reap interval */
+  }
+  return 0;
+}
+
+static pid_t start_holder(struct th_fx *fx, int (*fn)(void *), int *ok) {
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  static struct ns_arg a;
+  a = (struct ns_arg){fx, p[1]};
+  pid_t pid = th_spawn(fx, fn, &a);
+  close(p[1]);
+  uint64_t v = 0;
+  *ok = th_recv_u64(p[0], &v) == 0 && v == 1;
+  close(p[0]);
+  return pid;
+}
+
+static int64_t ns_field(throttle_t *h, throttle_field_t f) {
+  return th_field(h, NS_KEY, f);
+}
+
+/* A holder in another PID namespace (two containers sharing /dev/shm):
+ * its pid means another process here, so it cannot be judged, and it
+ * keeps its slot (until its lease lapses). */
+static void test_multiproc_other_pid_namespace_holder_kept(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, NS_KEY, 1), 0);
+  int ok;
+  start_holder(fx, ns_holder, &ok);
+  if (!ok) {
+    print_message("skipped: no new PID namespace here (see the message "
+                  "above; needs root or user namespaces)\n");
+    skip();
+  }
+  throttle_info_t *info;
+  assert_int_equal(throttle_info(h, NS_KEY, &info), 0);
+  int64_t pid = 0;
+  assert_int_equal(throttle_info_holder(info, 0, &pid, NULL, NULL, NULL), 0);
+  throttle_info_free(info);
+  assert_int_equal(pid, 1); /* its own namespace's init */
+  assert_int_equal(keep_asking(h), 0);
+  assert_int_equal(ns_field(h, THROTTLE_FIELD_RECLAIMS), 0);
+  assert_int_equal(ns_field(h, THROTTLE_FIELD_IN_FLIGHT), 1);
+}
+
+/* A reader that cannot see the holder in /proc (a /proc of its own, as
+ * with hidepid or an unmounted /proc) must not take it for dead. */
+static int hidden_proc_reader(void *arg) {
+  struct th_fx *fx = arg;
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
+    fprintf(stderr, "hiding /proc: %s\n", strerror(errno));
+    return SKIP_STATUS;
+  }
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(keep_asking(h) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_multiproc_hidden_proc_holder_kept(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, NS_KEY, 1), 0);
+  int ok;
+  start_holder(fx, plain_holder, &ok);
+  assert_true(ok);
+  int st = th_reap(fx, th_spawn(fx, hidden_proc_reader, fx), HANG_GUARD_MS);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP_STATUS) {
+    print_message("skipped: cannot mount over /proc here\n");
+    skip();
+  }
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_int_equal(ns_field(h, THROTTLE_FIELD_RECLAIMS), 0);
+  assert_int_equal(ns_field(h, THROTTLE_FIELD_IN_FLIGHT), 1);
+}
+
+/* ---- fork and jitter ------------------------------------------------- */
+
+static int draw_jitter(void *arg) {
+  int fd = *(int *)arg;
+  th_send_u64(fd, throttle__random());
+  return 0;
+}
+
+/* Forked waiters must not share one jitter sequence: each child's first
+ * draw differs from its siblings' and from the parent's next one. */
+static void test_multiproc_fork_reseeds_jitter(void **state) {
+  struct th_fx *fx = fx_of(state);
+  (void)throttle__random(); /* the parent's state is seeded */
+  enum { N = 4 };
+  uint64_t v[N + 1];
+  for (int i = 0; i < N; i++) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = th_spawn(fx, draw_jitter, &p[1]);
+    close(p[1]);
+    assert_int_equal(th_recv_u64(p[0], &v[i]), 0);
+    close(p[0]);
+    th_reap_ok(fx, pid, HANG_GUARD_MS);
+  }
+  v[N] = throttle__random();
+  for (int i = 0; i <= N; i++)
+    for (int j = 0; j < i; j++)
+      assert_true(v[i] != v[j]);
+}
+
 static void test_multiproc_stuck_creator_times_out_then_recovers(void **state) {
   struct th_fx *fx = fx_of(state);
   assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 200), 0);
@@ -512,6 +691,9 @@ int main(int argc, char **argv) {
       T(test_multiproc_creator_killed_before_magic),
       T(test_multiproc_creator_killed_before_truncate),
       T(test_multiproc_stuck_creator_times_out_then_recovers),
+      T(test_multiproc_fork_reseeds_jitter),
+      T(test_multiproc_other_pid_namespace_holder_kept),
+      T(test_multiproc_hidden_proc_holder_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

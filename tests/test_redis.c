@@ -334,6 +334,43 @@ static void test_redis_try_enter_obeys_settings_of_other_hosts(void **state) {
   throttle_close(b);
 }
 
+static int stop_after(void *arg) {
+  _Atomic int *calls = arg;
+  return atomic_fetch_add(calls, 1) >= 3;
+}
+
+/* The interrupt hook ends a wait on Redis too, and the queue place goes
+ * back: the next caller is admitted at once. */
+static void test_redis_interrupt_ends_wait_and_gives_place_back(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_ticket_t *t = NULL, *t2 = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  static _Atomic int calls;
+  atomic_store(&calls, 0);
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
+  assert_int_equal(throttle_config_set_backend(cfg, R.url), 0);
+  assert_int_equal(throttle_config_set_interrupt(cfg, stop_after,
+                                                 (void *)&calls, 50),
+                   0);
+  throttle_t *b = NULL;
+  assert_int_equal(throttle_open(cfg, &b), 0);
+  throttle_config_free(cfg);
+  assert_int_equal(
+      throttle_enter(b, "k", THROTTLE_CLASS_LIVE, THROTTLE_FOREVER, &t2),
+      THROTTLE_EINTR);
+  assert_true(atomic_load(&calls) >= 4);
+  assert_int_equal(field(a, "k", THROTTLE_FIELD_WAITING_LIVE), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 /* A report with a fence that no longer holds a slot frees nothing (the
  * slot went to another holder) and can only push the not-before later. */
 static void test_redis_lapsed_report_frees_nothing(void **state) {
@@ -349,7 +386,8 @@ static void test_redis_lapsed_report_frees_nothing(void **state) {
   assert_int_equal(throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 10000, &tb), 0);
   assert_true(field(b, "k", THROTTLE_FIELD_RECLAIMS) >= 1);
   assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_LOCKED, TH_LONG_MS),
-                   0);
+                   THROTTLE_ESTALE);
+  assert_true(th_contains(throttle_errmsg(a), "taken back"));
   assert_int_equal(field(b, "k", THROTTLE_FIELD_IN_FLIGHT), 1);
   assert_true(th_remaining(b, "k") > TH_LONG_MS - 5000);
   assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
@@ -518,6 +556,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_try_enter_obeys_settings_of_other_hosts, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_interrupt_ends_wait_and_gives_place_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_lapsed_report_frees_nothing,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_dead_holder_reclaimed, setup,

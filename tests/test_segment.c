@@ -157,6 +157,40 @@ static void test_segment_unfinished_magic_zero_rebuilt(void **state) {
   assert_true(th_remaining(h, "k") > 0);
 }
 
+/* The header (magic and capacity) zeroed under a live user, then an opener
+ * with a smaller capacity: the rebuild must not shrink the object, or the
+ * live user faults (SIGBUS) on its records past the new end. */
+static int touch_last_record(void *arg) {
+  throttle_t *h = arg;
+  /* the last record, far past what a 16-key segment holds */
+  struct throttle__rec *r = &h->recs[h->capacity - 1];
+  return atomic_load(&r->not_before) == UINT64_MAX ? 1 : 0;
+}
+
+static void test_segment_rebuild_never_shrinks(void **state) {
+  struct th_fx *fx = fx_of(state);
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 4096), 0);
+  throttle_t *live = th_open(fx);
+  struct stat before = stat_segment(fx->name);
+  size_t size;
+  struct throttle__hdr *hdr = map_hdr(fx, &size);
+  atomic_store(&hdr->magic, 0);
+  hdr->capacity = 0;
+  th_unmap(hdr, size);
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 16), 0);
+  throttle_t *b = NULL;
+  assert_int_equal(th_open_rc(fx, &b), 0);
+  struct stat after = stat_segment(fx->name);
+  assert_true(after.st_size >= before.st_size);
+  uint32_t cap = 0;
+  assert_int_equal(throttle_stats(b, &cap, NULL, NULL, NULL), 0);
+  assert_true(cap >= 4096);
+  assert_int_equal(throttle_backoff(b, "k", 30000), 0);
+  throttle_close(b);
+  /* the old mapping is still whole */
+  th_reap_ok(fx, th_spawn(fx, touch_last_record, live), 10000);
+}
+
 /* ---- forged headers ----------------------------------------------------- */
 
 static void test_segment_wrong_magic_refused(void **state) {
@@ -631,6 +665,67 @@ static void test_segment_unlink(void **state) {
                    THROTTLE_ENOKEY);
 }
 
+/* An invalid $THROTTLE_SEGMENT names nothing to remove: unlink(NULL) must
+ * fail, not fall back to removing the per-user default segment. */
+static void test_segment_unlink_invalid_env_is_einval(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "k", 30000), 0);
+  const char *bad[] = {"a/b", "/", "/x/y"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("THROTTLE_SEGMENT", bad[i], 1);
+    assert_int_equal(throttle_unlink(NULL), THROTTLE_EINVAL);
+  }
+  /* a valid one is what unlink(NULL) removes */
+  setenv("THROTTLE_SEGMENT", fx->name, 1);
+  assert_int_equal(throttle_unlink(NULL), 0);
+  assert_int_equal(throttle_unlink(NULL), THROTTLE_ENOKEY);
+  unsetenv("THROTTLE_SEGMENT");
+}
+
+/* ---- a creator that fails ---------------------------------------------- */
+
+/* Waits for the name to appear, then opens it normally (building it) and
+ * publishes a back-off. */
+static int late_builder(void *arg) {
+  struct th_fx *fx = arg;
+  char path[256];
+  th_shm_path(fx->name, path, sizeof path);
+  uint64_t t0 = th_mono_ms();
+  while (access(path, F_OK) != 0 && th_mono_ms() - t0 < 10000)
+    th_sleep_ms(1);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(throttle_backoff(h, "k", TH_LONG_MS) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* The creator (O_EXCL) cannot take the init lock and times out while
+ * another process builds the segment and publishes into it.  The failing
+ * creator must not remove the name: later openers would get a second,
+ * empty segment and ignore the back-off (a split brain). */
+static void test_segment_failed_creator_keeps_name(void **state) {
+  struct th_fx *fx = fx_of(state);
+  pid_t kid = th_spawn(fx, late_builder, fx);
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, fx->name), 0);
+  assert_int_equal(throttle_config_set_lock_timeout(cfg, 1000), 0);
+  throttle__fault_arm(THROTTLE__FAULT_FLOCK, 1);
+  throttle__fault_persist(THROTTLE__FAULT_FLOCK, true);
+  throttle__fault_errno(THROTTLE__FAULT_FLOCK, EWOULDBLOCK);
+  throttle_t *a = NULL;
+  int rc = throttle_open(cfg, &a);
+  throttle__fault_reset();
+  assert_int_equal(rc, THROTTLE_EINITTIMEOUT);
+  throttle_close(a);
+  throttle_config_free(cfg);
+  th_reap_ok(fx, kid, 10000);
+  throttle_t *h = th_open(fx);
+  assert_true(th_remaining(h, "k") > 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -639,6 +734,7 @@ int main(void) {
       T(test_segment_attach_keeps_creator_capacity),
       T(test_segment_empty_object_is_built),
       T(test_segment_unfinished_magic_zero_rebuilt),
+      T(test_segment_rebuild_never_shrinks),
       T(test_segment_wrong_magic_refused),
       T(test_segment_wrong_version_refused),
       T(test_segment_wrong_fingerprint_refused),
@@ -661,6 +757,8 @@ int main(void) {
       T(test_segment_env_bad_value_uses_default),
       T(test_segment_env_max_delay_respected),
       T(test_segment_unlink),
+      T(test_segment_unlink_invalid_env_is_einval),
+      T(test_segment_failed_creator_keeps_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,13 +211,19 @@ static const char PY_HAS_KEY[] =
     "ks=d['keys'] if 'keys' in d else [d]\n"
     "sys.exit(0 if any(k['key']==sys.argv[1] for k in ks) else 3)\n";
 
-/* A number field of a flat JSON object: "name":N. */
+/* A number field of a flat JSON object: "name":N; a boolean reads as 1
+ * (true) or 0 (false). */
 static long long json_int(const char *json, const char *name) {
   char pat[128];
   snprintf(pat, sizeof pat, "\"%s\":", name);
   const char *p = strstr(json, pat);
   assert_non_null(p);
-  return strtoll(p + strlen(pat), NULL, 10);
+  p += strlen(pat);
+  if (strncmp(p, "true", 4) == 0)
+    return 1;
+  if (strncmp(p, "false", 5) == 0)
+    return 0;
+  return strtoll(p, NULL, 10);
 }
 
 static void dump(const struct result *r) {

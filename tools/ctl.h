@@ -4,7 +4,9 @@
  * small commands and main; ctl_out.c the output helpers (messages, human
  * durations, JSON strings, text tables); ctl_keys.c `ls` and `show`;
  * ctl_run.c `run`; ctl_http.c `http`; ctl_check.c the checks of option
- * values.  Names shared between these files start with ctl_.
+ * values; ctl_segments.c `segments` and read-only opening; ctl_watch.c
+ * `watch`; ctl_metrics.c `metrics`.  Names shared between these files
+ * start with ctl_.
  */
 #ifndef THROTTLECTL_CTL_H
 #define THROTTLECTL_CTL_H
@@ -48,6 +50,7 @@ enum opt_id {
   OPT_BACKFILL_SHARE,
   OPT_RETRIES,
   OPT_TIMEOUT,
+  OPT_INTERVAL, /* watch */
   OPT_COUNT_
 };
 #define OPT(id) (1u << (id))
@@ -60,6 +63,9 @@ enum open_mode {
   OPEN_FAIL_OPEN, /* as OPEN_CREATE, but an unusable segment is a warning:
                      the command carries on with the library's
                      process-private fallback (`run`, `http`) */
+  OPEN_READ,      /* as OPEN_ATTACH, but a segment this user may read and
+                     not write (another user's) is opened read-only
+                     (ctl_segments.c): `ls`, `show`, `watch`, `metrics` */
 };
 
 struct ctx;
@@ -109,8 +115,10 @@ struct ctx {
   char *body;           /* http: the request body (-d, --data-binary) */
   size_t body_len;
   bool has_body;
+  uint64_t interval_ms;  /* watch: --interval */
   throttle_t *h;
   const char *segname; /* for messages */
+  bool readonly;       /* OPEN_READ fell back to a read-only handle */
 };
 
 /* ---- messages (ctl_out.c) --------------------------------------------- */
@@ -142,6 +150,8 @@ int ctl_check_class(struct ctx *c); /* --class into c->cls (default live) */
 int ctl_check_retries(struct ctx *c, unsigned def);
 int ctl_check_rate(struct ctx *c);           /* --rate N/PERIOD | off */
 int ctl_check_backfill_share(struct ctx *c); /* --backfill-share F */
+/* backoff: warn when RETRY_AFTER (c->ms) exceeds the maximum delay. */
+void ctl_warn_max_delay(const struct ctx *c, const char *given);
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 
@@ -152,8 +162,19 @@ const char *ctl_human_ms(int64_t ms, bool up, char *buf, size_t len);
 const char *ctl_rate_text(int64_t n, int64_t period_ms, char *buf, size_t len);
 /* A key for a terminal: control bytes as \xHH.  out holds KEY_TEXT_MAX. */
 char *ctl_key_text(const char *key, char *out, size_t len);
-/* A JSON string literal. */
+/* The "schema" of every --json document: raised only when a field changes
+ * meaning or type (fields are added under the same number). */
+#define CTL_JSON_SCHEMA 1
+/* A JSON string literal; bytes that are not UTF-8 become U+FFFD. */
 void ctl_json_string(FILE *f, const char *s);
+/* 1 when s is valid UTF-8. */
+int ctl_utf8_valid(const char *s);
+/* `"key":"...",`: the key as a JSON string, followed, when the key is not
+ * valid UTF-8, by `"key_base64":"..."` with its exact bytes. */
+void ctl_json_key(FILE *f, const char *key);
+/* A clamped value: "warning: WHAT GIVEN is out of range; USED" on stderr
+ * (the exit status does not change). */
+void ctl_warn_clamped(const char *what, const char *given, const char *used);
 /* "live", "backfill". */
 const char *ctl_class_name(throttle_class_t cls);
 
@@ -172,11 +193,38 @@ void ctl_table_free(struct ctl_table *t);
 
 /* ---- commands in their own files -------------------------------------- */
 
+/* ctl_keys.c: every key's fields (no holders) and the segment's figures,
+ * for `metrics` and `watch`.  want (may be NULL) picks the keys kept. */
+struct ctl_key {
+  char key[KEY_MAX + 1];
+  int64_t f[THROTTLE_FIELD_COUNT_];
+};
+struct ctl_keys {
+  struct ctl_key *v; /* in key order */
+  size_t n, cap;
+  bool (*want)(const char *key, const void *arg);
+  const void *want_arg;
+  uint32_t capacity, used;
+  uint64_t evictions, repairs;
+};
+/* Take a fresh snapshot into k (its earlier keys are dropped): 0, or the
+ * exit status after saying what failed. */
+int ctl_keys_take(struct ctx *c, struct ctl_keys *k);
+void ctl_keys_free(struct ctl_keys *k);
+
 int ctl_cmd_ls(struct ctx *c);     /* ctl_keys.c */
+/* ctl_keys.c: a key's STATE cell ("episode,probe,paused,rate 120/1m" or
+ * "-") from its THROTTLE_FIELD_COUNT_ fields. */
+void ctl_state_text(const int64_t *f, char *buf, size_t len);
 int ctl_cmd_show(struct ctx *c);   /* ctl_keys.c */
 int ctl_check_run(struct ctx *c);  /* ctl_run.c */
 int ctl_cmd_run(struct ctx *c);    /* ctl_run.c */
 int ctl_check_http(struct ctx *c); /* ctl_http.c */
 int ctl_cmd_http(struct ctx *c);   /* ctl_http.c */
+int ctl_open_read(struct ctx *c);      /* ctl_segments.c: OPEN_READ */
+int ctl_cmd_segments(struct ctx *c);   /* ctl_segments.c */
+int ctl_check_watch(struct ctx *c);    /* ctl_watch.c */
+int ctl_cmd_watch(struct ctx *c);      /* ctl_watch.c */
+int ctl_cmd_metrics(struct ctx *c);    /* ctl_metrics.c */
 
 #endif /* THROTTLECTL_CTL_H */

@@ -150,6 +150,44 @@ int ctl_check_backfill_share(struct ctx *c) {
                            "--backfill-share must be a decimal from 0 to 1 "
                            "such as 0.25, not '%s'",
                            v);
+  /* The library keeps thousandths: say so when that changes the value,
+   * above all when a small share would round to none at all. */
+  double kept = (double)(uint32_t)(c->backfill_share * 1000.0 + 0.5) / 1000.0;
+  if (kept != c->backfill_share)
+    ctl_say("warning: --backfill-share %s is kept in thousandths: %.3f is "
+            "used%s",
+            v, kept, kept == 0.0 ? " (backfill gets no slot)" : "");
   return 0;
 }
 
+
+/* ---- values the library bounds ---------------------------------------- */
+
+/* The library clamps every delay to its maximum: $THROTTLE_MAX_DELAY_MS
+ * when it is a valid value (1 ms to 7 days, as the library reads it), else
+ * 15 min (include/throttle.h, throttle_config_set_max_delay).  Mirrored
+ * here rather than asked for, so that the warning comes before the
+ * segment is opened, with the other checks. */
+#define MAX_DELAY_DEFAULT_MS UINT64_C(900000)
+#define MAX_DELAY_LIMIT_MS (UINT64_C(7) * 86400000u)
+
+static uint64_t max_delay_ms(void) {
+  const char *v = getenv("THROTTLE_MAX_DELAY_MS");
+  uint64_t ms;
+  if (v != NULL && ctl_parse_uint(v, 1, MAX_DELAY_LIMIT_MS, &ms) == 0)
+    return ms;
+  return MAX_DELAY_DEFAULT_MS;
+}
+
+void ctl_warn_max_delay(const struct ctx *c, const char *given) {
+  uint64_t max = max_delay_ms();
+  if (c->ms <= max)
+    return;
+  char used[96], human[32];
+  snprintf(used, sizeof used,
+           "the maximum delay, %s, is used (THROTTLE_MAX_DELAY_MS)",
+           ctl_human_ms((int64_t)max, false, human, sizeof human));
+  char what[64];
+  snprintf(what, sizeof what, "%s: RETRY_AFTER", c->cmd->name);
+  ctl_warn_clamped(what, given, used);
+}

@@ -92,17 +92,29 @@ static void rows_free(struct rows *rows) {
   free(rows->hv);
 }
 
+/* The fields that are yes/no, written as JSON true/false. */
+static bool field_is_flag(int f) {
+  return f == THROTTLE_FIELD_CAP_AUTO || f == THROTTLE_FIELD_PROBE_OUT ||
+         f == THROTTLE_FIELD_LOCK_EPISODE || f == THROTTLE_FIELD_PAUSED;
+}
+
 /* {"key":"...","remaining_ms":N,...,"holders":[...]}: every field, by its
- * stable name, then the holders. */
+ * stable name, then the holders.  A key that is not UTF-8 also comes as
+ * "key_base64" (ctl_json_key). */
 static void key_json(FILE *f, const struct rows *rows,
-                     const struct keyrow *row) {
-  fputs("{\"key\":", f);
-  ctl_json_string(f, row->key);
+                     const struct keyrow *row, bool schema) {
+  fputc('{', f);
+  if (schema)
+    fprintf(f, "\"schema\":%d,", CTL_JSON_SCHEMA);
+  ctl_json_key(f, row->key);
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
     const char *name = throttle_field_name((throttle_field_t)i);
     if (name == NULL)
       continue;
-    fprintf(f, ",\"%s\":%lld", name, (long long)row->field[i]);
+    if (field_is_flag(i))
+      fprintf(f, ",\"%s\":%s", name, row->field[i] ? "true" : "false");
+    else
+      fprintf(f, ",\"%s\":%lld", name, (long long)row->field[i]);
   }
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < row->hcount; i++) {
@@ -119,6 +131,47 @@ static void key_json(FILE *f, const struct rows *rows,
     fputc('}', f);
   }
   fputs("]}", f);
+}
+
+/* ---- snapshots for metrics and watch ---------------------------------- */
+
+static int collect_fields(const throttle_info_t *info, void *arg) {
+  struct ctl_keys *k = arg;
+  const char *key = throttle_info_key(info);
+  if (k->want != NULL && !k->want(key, k->want_arg))
+    return 0;
+  if (k->n == k->cap) {
+    size_t cap = k->cap ? 2 * k->cap : 64;
+    struct ctl_key *v = realloc(k->v, cap * sizeof *v);
+    if (v == NULL)
+      return 1;
+    k->v = v;
+    k->cap = cap;
+  }
+  struct ctl_key *m = &k->v[k->n++];
+  snprintf(m->key, sizeof m->key, "%s", key);
+  for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++)
+    m->f[i] = throttle_info_get(info, (throttle_field_t)i);
+  return 0;
+}
+
+int ctl_keys_take(struct ctx *c, struct ctl_keys *k) {
+  k->n = 0;
+  int rc = throttle_stats(c->h, &k->capacity, &k->used, &k->evictions,
+                          &k->repairs);
+  if (rc == 0)
+    rc = throttle_foreach(c->h, collect_fields, k);
+  if (rc > 0) {
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
+  return rc < 0 ? ctl_lib_fail(c, rc) : 0;
+}
+
+void ctl_keys_free(struct ctl_keys *k) {
+  free(k->v);
+  k->v = NULL;
+  k->n = k->cap = 0;
 }
 
 /* ---- ls --------------------------------------------------------------- */
@@ -141,7 +194,7 @@ enum {
 };
 
 /* "episode,probe,paused,rate 120/1m", or "-". */
-static void state_text(const int64_t *f, char *buf, size_t len) {
+void ctl_state_text(const int64_t *f, char *buf, size_t len) {
   size_t n = 0;
   buf[0] = 0;
 #define FLAG(cond, ...)                                                        \
@@ -200,7 +253,7 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
       ctl_human_ms(f[THROTTLE_FIELD_LAST_DELAY_MS], false, last, sizeof last);
     else
       snprintf(last, sizeof last, "-");
-    state_text(f, state, sizeof state);
+    ctl_state_text(f, state, sizeof state);
     rc = ctl_table_add(&t, row);
   }
   if (rc != 0) {
@@ -212,8 +265,9 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
     printf("backend %s: keys across hosts; this host's segment serves while "
            "it is away\n",
            throttle_backend(c->h));
-  printf("segment %s: %u/%u keys, %llu evictions, %llu repairs\n", c->segname,
-         used, cap, (unsigned long long)evictions, (unsigned long long)repairs);
+  printf("segment %s%s: %u/%u keys, %llu evictions, %llu repairs\n",
+         c->segname, c->readonly ? " (read-only)" : "", used, cap,
+         (unsigned long long)evictions, (unsigned long long)repairs);
   ctl_table_print(stdout, &t, NULL);
   ctl_table_free(&t);
   return XIT_OK;
@@ -240,17 +294,18 @@ int ctl_cmd_ls(struct ctx *c) {
     rows_free(&rows);
     return rc;
   }
-  fputs("{\"segment\":", stdout);
+  printf("{\"schema\":%d,\"segment\":", CTL_JSON_SCHEMA);
   ctl_json_string(stdout, c->segname);
   fputs(",\"backend\":", stdout);
   ctl_json_string(stdout, throttle_backend(c->h));
-  printf(",\"capacity\":%u,\"used\":%u,\"evictions\":%llu,\"repairs\":%llu,"
-         "\"keys\":[",
-         cap, used, (unsigned long long)evictions, (unsigned long long)repairs);
+  printf(",\"readonly\":%s,\"capacity\":%u,\"used\":%u,\"evictions\":%llu,"
+         "\"repairs\":%llu,\"keys\":[",
+         c->readonly ? "true" : "false", cap, used,
+         (unsigned long long)evictions, (unsigned long long)repairs);
   for (size_t i = 0; i < rows.n; i++) {
     if (i > 0)
       fputc(',', stdout);
-    key_json(stdout, &rows, &rows.v[i]);
+    key_json(stdout, &rows, &rows.v[i], false);
   }
   fputs("]}\n", stdout);
   rows_free(&rows);
@@ -305,7 +360,7 @@ int ctl_cmd_show(struct ctx *c) {
   }
   const struct keyrow *row = &rows.v[0];
   if (c->opt[OPT_JSON] != NULL) {
-    key_json(stdout, &rows, row);
+    key_json(stdout, &rows, row, true);
     fputc('\n', stdout);
   } else {
     char key[KEY_TEXT_MAX];

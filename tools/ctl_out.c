@@ -136,19 +136,91 @@ static size_t text_width(const char *s) {
   return w;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (1 to 4), or 0 when the
+ * bytes there are not one: no overlong forms, no surrogates, nothing past
+ * U+10FFFF (RFC 3629). */
+static size_t utf8_seq(const unsigned char *p) {
+  if (p[0] < 0x80)
+    return 1;
+  if (p[0] >= 0xc2 && p[0] <= 0xdf)
+    return (p[1] & 0xc0) == 0x80 ? 2 : 0;
+  if (p[0] >= 0xe0 && p[0] <= 0xef) {
+    unsigned lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
+    return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 ? 3 : 0;
+  }
+  if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+    unsigned lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 &&
+                   (p[3] & 0xc0) == 0x80
+               ? 4
+               : 0;
+  }
+  return 0;
+}
+
+int ctl_utf8_valid(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = utf8_seq(p);
+    if (n == 0)
+      return 0;
+    p += n;
+  }
+  return 1;
+}
+
+/* JSON text must be UTF-8 (RFC 8259): a byte that does not belong to a
+ * well-formed sequence is written as U+FFFD, and ctl_json_key() adds the
+ * exact bytes in base64 next to it.  Rejected: each raw byte as the code
+ * point of the same number, which reads back as a different, valid key
+ * (0xff would become U+00FF). */
 void ctl_json_string(FILE *f, const char *s) {
   fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = utf8_seq(p);
+    if (n == 0) {
+      fputs("\\ufffd", f);
+      p++;
+    } else if (*p == '"' || *p == '\\') {
       fputc('\\', f);
-      fputc(*p, f);
-    } else if (*p < 0x20) {
-      fprintf(f, "\\u%04x", *p);
+      fputc(*p++, f);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      fprintf(f, "\\u%04x", *p++);
     } else {
-      fputc(*p, f); /* bytes >= 0x80 pass through as they are */
+      fwrite(p, 1, n, f);
+      p += n;
     }
   }
   fputc('"', f);
+}
+
+static void base64(FILE *f, const unsigned char *s, size_t n) {
+  static const char tab[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)s[i] << 16;
+    if (i + 1 < n)
+      v |= (uint32_t)s[i + 1] << 8;
+    if (i + 2 < n)
+      v |= s[i + 2];
+    fputc(tab[(v >> 18) & 63], f);
+    fputc(tab[(v >> 12) & 63], f);
+    fputc(i + 1 < n ? tab[(v >> 6) & 63] : '=', f);
+    fputc(i + 2 < n ? tab[v & 63] : '=', f);
+  }
+}
+
+void ctl_json_key(FILE *f, const char *key) {
+  fputs("\"key\":", f);
+  ctl_json_string(f, key);
+  if (!ctl_utf8_valid(key)) {
+    fputs(",\"key_base64\":\"", f);
+    base64(f, (const unsigned char *)key, strlen(key));
+    fputc('"', f);
+  }
+}
+
+void ctl_warn_clamped(const char *what, const char *given, const char *used) {
+  ctl_say("warning: %s %s is out of range; %s", what, given, used);
 }
 
 /* ---- tables ----------------------------------------------------------- */

@@ -72,6 +72,8 @@ static const struct option_spec options[OPT_COUNT_] = {
     [OPT_TIMEOUT] = {"--timeout", NULL, "SEC",
                      "give up waiting after SEC seconds in all (decimal "
                      "allowed); exit 75"},
+    [OPT_INTERVAL] = {"--interval", NULL, "SEC",
+                      "refresh every SEC seconds (default 1; 0.1 to 3600)"},
 };
 
 /* Where `http` means something else by a shared option. */
@@ -79,6 +81,12 @@ static const char *const http_help[OPT_COUNT_] = {
     [OPT_RETRIES] = "re-send a transient answer up to N times (default 10)",
     [OPT_TIMEOUT] = "give up after SEC seconds in all, waiting and sending "
                     "(decimal allowed); exit 75",
+};
+
+/* Where `metrics` means something else by a shared option. */
+static const char *const metrics_help[OPT_COUNT_] = {
+    [OPT_OUTPUT] = "write to FILE atomically (a temporary file renamed), "
+                   "e.g. for node_exporter's textfile collector",
 };
 
 /* ---- commands --------------------------------------------------------- */
@@ -101,7 +109,7 @@ static const struct command commands[] = {
      .args = "",
      .summary = "every key: back-off, in flight/cap, waiters, counters",
      .opts = OPT(OPT_JSON),
-     .open = OPEN_ATTACH,
+     .open = OPEN_READ,
      .run = ctl_cmd_ls},
     {.name = "show",
      .args = "KEY",
@@ -110,7 +118,7 @@ static const struct command commands[] = {
      .max_args = 1,
      .opts = OPT(OPT_JSON),
      .key_first = true,
-     .open = OPEN_ATTACH,
+     .open = OPEN_READ,
      .run = ctl_cmd_show},
     {.name = "backoff",
      .args = "KEY RETRY_AFTER",
@@ -212,6 +220,28 @@ static const struct command commands[] = {
      .summary = "remove the segment (the next user recreates it)",
      .open = OPEN_NONE,
      .run = cmd_rm},
+    {.name = "watch",
+     .args = "[KEY...]",
+     .summary = "live view of the keys (or of KEYs and the keys below "
+                "them); q quits",
+     .max_args = INT_MAX,
+     .opts = OPT(OPT_INTERVAL),
+     .open = OPEN_READ,
+     .check = ctl_check_watch,
+     .run = ctl_cmd_watch},
+    {.name = "metrics",
+     .args = "",
+     .summary = "every key and the segment in Prometheus text format",
+     .opts = OPT(OPT_OUTPUT),
+     .open = OPEN_READ,
+     .run = ctl_cmd_metrics,
+     .opt_help = metrics_help},
+    {.name = "segments",
+     .args = "",
+     .summary = "the libthrottle segments on this host: owner, size, keys",
+     .opts = OPT(OPT_JSON),
+     .open = OPEN_NONE,
+     .run = ctl_cmd_segments},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -587,6 +617,8 @@ static int check_segment_names(struct ctx *c) {
 }
 
 static int open_segment(struct ctx *c) {
+  if (c->cmd->open == OPEN_READ)
+    return ctl_open_read(c);
   throttle_config_t *cfg = throttle_config_new();
   if (cfg == NULL) {
     ctl_say("out of memory");
@@ -648,6 +680,7 @@ static int check_backoff(struct ctx *c) {
                            "RETRY_AFTER must be a non-negative number of "
                            "seconds such as 5 or 1.5, not '%s'",
                            c->args[1]);
+  ctl_warn_max_delay(c, c->args[1]);
   return 0;
 }
 

@@ -1,0 +1,62 @@
+"""libthrottle — share "come back later" between the processes of a host.
+
+A Python binding (ctypes, standard library only) of the libthrottle C
+library: a Retry-After seen by one process holds back every process that
+writes the same key; admissions are capped per key, first come first
+served, live before backfill.
+
+    import libthrottle
+
+    t = libthrottle.Throttle()
+    with t.admit("hotdata:ws1/orders", klass="live", timeout=30) as adm:
+        status, headers, body = send()
+        out = adm.report(status, headers, body)   # classify, publish, release
+
+    libthrottle.request("hotdata:ws1/orders", url, data=b"...")  # the loop
+
+Errors: every THROTTLE_E* code is a subclass of libthrottle.Error named
+after it (libthrottle.EFULL, libthrottle.ETIMEDOUT, ...); request() raises
+PermanentError and GaveUp.  The module layout: _capi (finding the library,
+the prototypes), _errors (the exceptions), _base (argument checks),
+_answers (classification, Retry-After), _throttle (Throttle, Admission),
+_http (the retry loop, request), requests (an adapter for requests).
+"""
+
+from ._errors import Error, GaveUp, PermanentError, RequestError
+from ._answers import Outcome, classify, parse_retry_after
+from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
+from ._throttle import (Admission, FallbackWarning, StaleAdmissionWarning,
+                        Throttle)
+from ._http import TransportError, default_throttle, request, run
+
+# One module attribute per C error code: libthrottle.EFULL, ...
+globals().update({cls.__name__: cls for cls in ERRORS.values()})
+
+__version__ = _text(_core.throttle_version_string())
+
+
+def version():
+    """The loaded C library's version string, e.g. "1.0.0"."""
+    return _text(_core.throttle_version_string())
+
+
+def unlink(segment=None):
+    """Remove a segment (None: the default name); processes that have it
+    open keep their mapping.  Raises ENOKEY when there is none."""
+    raw = None
+    if segment is not None:
+        if not isinstance(segment, (str, bytes)):
+            raise TypeError("segment must be str or bytes")
+        raw = segment.encode() if isinstance(segment, str) else segment
+    rc = _core.throttle_unlink(raw)
+    if rc != 0:
+        raise error(rc, "%s: %s" % (segment or "default segment",
+                                    _text(_core.throttle_strerror(rc))))
+
+
+__all__ = ["Throttle", "Admission", "Outcome", "Error", "PermanentError",
+           "GaveUp", "RequestError", "FallbackWarning", "StaleAdmissionWarning",
+           "TransportError",
+           "classify", "parse_retry_after", "request", "run",
+           "default_throttle", "unlink", "version", "ERRORS",
+           "HAVE_INTERRUPT"] + [cls.__name__ for cls in ERRORS.values()]

@@ -1,0 +1,728 @@
+"""_throttle.py — the Pythonic layer over the C API: Throttle (a handle),
+Admission (a context manager around throttle_enter/throttle_leave),
+Outcome, and the module functions classify() and parse_retry_after().
+
+Arguments are checked (_base.py) before they reach C; answers are read
+by the C library's rules (_answers.py).
+
+Interrupting a blocking call.  ctypes releases the GIL around a C call,
+and Python runs signal handlers (KeyboardInterrupt) only between bytecodes
+of the main thread, so a thread blocked in throttle_wait() or
+throttle_enter() cannot be interrupted by Ctrl-C.  When the library has
+throttle_config_set_interrupt(), the wait calls back into Python every
+INTERRUPT_PERIOD_MS; a pending signal then runs its handler inside the
+callback, whose exception is kept, the callback returns 1, the C call
+gives up its queue place and returns THROTTLE_EINTR, and the exception is
+raised again here.  The callback is a generator's send(): a plain function
+would meet the signal on its very first instruction, before any try block,
+and ctypes would print the KeyboardInterrupt and drop it; a resumed
+generator meets it inside its try.  A generator may run in one thread at a
+time, so the main thread (the only one that runs signal handlers) blocks on
+a handle of its own, opened on first use; other threads block on the main
+handle, whose callback only checks whether the Throttle was closed.
+Without the hook (an older library), blocking calls are made in slices of
+SLICE_MS: throttle_wait() and throttle_enter() with short timeouts, and
+short sleeps in Python between them.  The cost: a caller that gives up a
+slice leaves the FIFO queue of the key and joins it again at the back.
+
+Fork.  The handle's mapping is shared with fork() children; locks are made
+new in the child (os.register_at_fork), admissions are per process (a
+child cannot report its parent's admission).  A Throttle pickled for a
+spawned process (multiprocessing "spawn") opens the same segment again with
+the same settings in the child.
+"""
+
+import ctypes
+import numbers
+import os
+import signal
+import threading
+import time
+import warnings
+import weakref
+
+from . import _capi
+from ._answers import Outcome, outcome_of, parse_retry_after
+from ._base import (_GROUP_SHARED, _NO_CREATE, _NO_FALLBACK, FOREVER,
+                    HAVE_INTERRUPT, INTERRUPT_PERIOD_MS, OUTCOMES, SLICE_MS,
+                    UINT32_MAX, _EINTR, _ESTALE, _ETIMEDOUT, _EWOULDBLOCK,
+                    _core, _invalid, _key, _klass, _ms, _number, _text, _uint,
+                    error)
+from ._errors import Error
+
+
+# ---- the handle -----------------------------------------------------------------
+
+_live = weakref.WeakSet()  # every open Throttle, for fork
+
+
+def _after_fork_in_child():
+    for t in list(_live):
+        t._lock = threading.Lock()
+        t._busy = 0
+        t._pid = os.getpid()
+        if t._main is not None:
+            # the main-thread handle's generator may have been running in
+            # another thread of the parent: close this copy (it unmaps the
+            # child's mapping only) and open a new one on first use
+            _core.throttle_close(t._main.ptr)
+            t._main = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+if HAVE_INTERRUPT:
+    _CHECK = _capi.ctype_of("int ( * ) ( void * )")
+
+
+class _Handle:
+    """One throttle_t and the callback that keeps it interruptible."""
+
+    __slots__ = ("ptr", "check", "gen", "shared", "__weakref__")
+
+    def __init__(self, ptr, check, gen):
+        self.ptr, self.check, self.gen = ptr, check, gen
+        self.shared = bool(_core.throttle_is_shared(ptr))
+
+
+def _signal_checker(owner_ref):
+    """The main thread's interrupt callback, as a generator (see the top of
+    the file): yields 1 to abandon the wait, 0 to go on."""
+    result = 0
+    while True:
+        try:
+            yield result
+            # run the handlers of pending signals now, inside the try,
+            # whatever bytecode the interpreter checks them at:
+            # pthread_sigmask calls PyErr_CheckSignals()
+            signal.pthread_sigmask(signal.SIG_BLOCK, ())
+            owner = owner_ref()
+            result = 1 if owner is None or owner._closed else 0
+        except GeneratorExit:
+            return
+        except BaseException as e:  # KeyboardInterrupt, SystemExit, ...
+            owner = owner_ref()
+            if owner is not None:
+                owner._pending = e
+            result = 1
+
+
+class Throttle:
+    """A handle on a libthrottle segment (throttle_open).
+
+    Throttle(segment=None, max_delay=None, *, keys=None, lock_timeout=None,
+             lease=None, group_shared=False, no_fallback=False,
+             no_create=False)
+
+    Unset settings come from the environment (THROTTLE_SEGMENT, ...) and
+    then the library's defaults; times are in seconds.  When the segment
+    cannot be used, the Throttle still works on process-private memory
+    (fail open): .shared is False, .open_error says why, and a
+    FallbackWarning is issued; no_fallback=True raises instead.  Use it as a
+    context manager, or call close().  One Throttle may be shared by
+    threads, and by processes forked after it was made."""
+
+    def __init__(self, segment=None, max_delay=None, *, keys=None,
+                 lock_timeout=None, lease=None, group_shared=False,
+                 no_fallback=False, no_create=False):
+        self._settings = dict(segment=segment, max_delay=max_delay, keys=keys,
+                              lock_timeout=lock_timeout, lease=lease,
+                              group_shared=group_shared,
+                              no_fallback=no_fallback, no_create=no_create)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._pid = os.getpid()
+        self._main = None
+        self._pending = None
+        self._h = None
+        self._cfg = self._config(**self._settings)  # checks every value
+        try:
+            self._h, rc, msg = self._open(interruptible=False)
+        except BaseException:
+            _core.throttle_config_free(self._cfg)
+            self._cfg = None
+            raise
+        self.open_error = error(rc, msg) if rc != 0 else None
+        if rc != 0:
+            warnings.warn(FallbackWarning(
+                "libthrottle: %s; continuing with process-private back-off"
+                % msg), stacklevel=2)
+        _live.add(self)
+
+    # -- opening and closing
+
+    @staticmethod
+    def _config(segment, max_delay, keys, lock_timeout, lease, group_shared,
+                no_fallback, no_create):
+        cfg = _core.throttle_config_new()
+        if not cfg:
+            raise MemoryError("throttle_config_new")
+        try:
+            def setting(rc, what, value):
+                if rc != 0:
+                    raise error(rc, "%s: %r: %s" % (
+                        what, value, _text(_core.throttle_strerror(rc))))
+            if segment is not None:
+                if not isinstance(segment, (str, bytes)):
+                    raise TypeError("segment must be str or bytes, not %s"
+                                    % type(segment).__name__)
+                raw = segment.encode() if isinstance(segment, str) else segment
+                if b"\0" in raw:
+                    raise _invalid("segment name %r contains a NUL byte"
+                                   % (segment,))
+                setting(_core.throttle_config_set_segment(cfg, raw),
+                        "segment", segment)
+            if max_delay is not None:
+                setting(_core.throttle_config_set_max_delay(
+                    cfg, _ms(max_delay, "max_delay")), "max_delay", max_delay)
+            if keys is not None:
+                setting(_core.throttle_config_set_capacity(
+                    cfg, _uint(keys, "keys", UINT32_MAX)), "keys", keys)
+            if lock_timeout is not None:
+                setting(_core.throttle_config_set_lock_timeout(
+                    cfg, _ms(lock_timeout, "lock_timeout", top=UINT32_MAX)),
+                    "lock_timeout", lock_timeout)
+            if lease is not None:
+                setting(_core.throttle_config_set_lease(
+                    cfg, _ms(lease, "lease", top=UINT32_MAX)), "lease", lease)
+            flags = ((_GROUP_SHARED if group_shared else 0) |
+                     (_NO_FALLBACK if no_fallback else 0) |
+                     (_NO_CREATE if no_create else 0))
+            setting(_core.throttle_config_set_flags(cfg, flags), "flags", flags)
+        except BaseException:
+            _core.throttle_config_free(cfg)
+            raise
+        return cfg
+
+    def _open(self, interruptible):
+        """(handle, rc, message): a handle whose interrupt callback is the
+        signal checker (the main thread's) or the closed check (others)."""
+        check = gen = None
+        if HAVE_INTERRUPT:
+            ref = weakref.ref(self)
+            if interruptible:
+                gen = _signal_checker(ref)
+                next(gen)
+                check = _CHECK(gen.send)
+            else:
+                def closed(_arg, ref=ref):
+                    owner = ref()
+                    return 1 if owner is None or owner._closed else 0
+                check = _CHECK(closed)
+            rc = _core.throttle_config_set_interrupt(
+                self._cfg, check, None, INTERRUPT_PERIOD_MS)
+            if rc != 0:
+                raise error(rc)
+        out = ctypes.c_void_p()
+        rc = _core.throttle_open(self._cfg, ctypes.byref(out))
+        if not out.value:
+            raise error(rc, _text(_core.throttle_errmsg(None)))
+        msg = _text(_core.throttle_errmsg(out)) if rc != 0 else ""
+        return _Handle(out.value, check, gen), rc, msg
+
+    def close(self):
+        """Close the Throttle: no new calls.  Blocking calls of other
+        threads end with EINVAL; the C handle is freed once the calls in
+        progress have returned and the admissions still held have been
+        given back.  Closing twice is allowed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            free = self._busy == 0
+        if free:
+            self._free()
+
+    def _free(self):
+        for h in (self._main, self._h):
+            if h is not None and os.getpid() == self._pid:
+                _core.throttle_close(h.ptr)
+        self._main = self._h = None
+        if self._cfg is not None:
+            _core.throttle_config_free(self._cfg)
+            self._cfg = None
+        _live.discard(self)
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __reduce__(self):
+        # multiprocessing "spawn": the child opens the same segment anew,
+        # by the name this handle resolved (not the child's environment)
+        settings = dict(self._settings)
+        if self.shared:
+            settings["segment"] = self.segment
+        return (_reopen, (settings,))
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __repr__(self):
+        if self._closed:
+            return "<libthrottle.Throttle (closed)>"
+        return "<libthrottle.Throttle %s%s>" % (
+            self.segment, "" if self.shared else " (private memory)")
+
+    # -- calls
+
+    def _use(self, blocking=False):
+        """Mark a call in progress and choose the handle it runs on."""
+        with self._lock:
+            if self._closed:
+                raise _invalid("operation on a closed Throttle")
+            self._busy += 1
+            h = self._h
+            if (blocking and HAVE_INTERRUPT and h.shared and
+                    threading.current_thread() is threading.main_thread()):
+                if self._main is None:
+                    try:
+                        main, rc, _ = self._open(interruptible=True)
+                        if rc != 0:  # unusable now: keep to the one handle
+                            _core.throttle_close(main.ptr)
+                        else:
+                            self._main = main
+                    except Error:
+                        pass
+                if self._main is not None:
+                    h = self._main
+            return h
+
+    def _busy_add(self):
+        """An admission keeps the handle it was made on from being freed."""
+        with self._lock:
+            self._busy += 1
+
+    def _done(self):
+        with self._lock:
+            self._busy -= 1
+            free = self._closed and self._busy == 0
+        if free:
+            self._free()
+
+    def _call(self, fn, *args):
+        """fn(handle, *args) -> 0, or raise its Error with the message."""
+        h = self._use()
+        try:
+            rc = fn(h.ptr, *args)
+            if rc != 0:
+                raise error(rc, _text(_core.throttle_errmsg(h.ptr)))
+        finally:
+            self._done()
+
+    def _blocking(self, fn, *args, key=None):
+        """fn(handle, *args) for a call that may block: (rc, message,
+        Admission or None).  With key, fn is throttle_enter() and gets a
+        ticket out pointer as its last argument; a granted ticket becomes an
+        Admission here, so that an exception arriving just after the call
+        returned (a signal is checked as soon as a call returns) cannot
+        lose it: it is given back instead.  Re-raises what interrupted the
+        wait."""
+        h = self._use(blocking=True)
+        ticket = ctypes.c_void_p() if key is not None else None
+        if ticket is not None:
+            args += (ctypes.byref(ticket),)
+        adm = None
+        try:
+            if h.gen is not None:  # the main thread's handle
+                self._pending = None
+            rc = fn(h.ptr, *args)
+            if key is not None and ticket.value:
+                adm = Admission(self, h, ticket.value, key)
+            msg = _text(_core.throttle_errmsg(h.ptr)) if rc != 0 else ""
+            if h.gen is not None and self._pending is not None:
+                exc, self._pending = self._pending, None
+                raise exc
+            if rc != 0 and rc == _EINTR and self._closed:
+                raise _invalid("the Throttle was closed during the call")
+            return rc, msg, adm
+        except BaseException:
+            if adm is not None:
+                adm._leave("abandoned", None)
+            elif ticket is not None and ticket.value:
+                _core.throttle_leave(h.ptr, ticket, OUTCOMES["abandoned"], 0)
+            raise
+        finally:
+            self._done()
+
+    @property
+    def shared(self):
+        """True when the segment is shared; False on private memory."""
+        return self._h is not None and self._h.shared
+
+    @property
+    def segment(self):
+        h = self._use()
+        try:
+            return _text(_core.throttle_segment_name(h.ptr))
+        finally:
+            self._done()
+
+    # -- back-off
+
+    def backoff(self, key, delay):
+        """Publish "key: not before now + delay".  delay: seconds (int or
+        float), or a Retry-After value (delta-seconds or an HTTP-date)."""
+        k = _key(key)
+        if isinstance(delay, (str, bytes)):
+            secs = parse_retry_after(delay)
+            if secs is None:
+                raise _invalid("not a Retry-After value: %r" % (delay,))
+            ms = _ms(secs, "delay")
+        else:
+            ms = _ms(delay, "delay")
+        self._call(_core.throttle_backoff, k, ms)
+
+    def remaining(self, key):
+        """Seconds until key's back-off passes (0.0 when open)."""
+        k = _key(key)
+        left = ctypes.c_uint64()
+        self._call(_core.throttle_remaining, k, ctypes.byref(left))
+        return left.value / 1000.0
+
+    def wait(self, key, timeout=None):
+        """Block until key is open: True; False when it would open only
+        after timeout seconds (None: as long as it takes).  Ctrl-C and
+        signal handlers run within about 100 ms."""
+        k = _key(key)
+        ms = _ms(timeout, "timeout", none_is_forever=True)
+        if HAVE_INTERRUPT:
+            rc, msg, _ = self._blocking(_core.throttle_wait, k, ms)
+            if rc == _ETIMEDOUT:
+                return False
+            if rc != 0:
+                raise error(rc, msg)
+            return True
+        deadline = None if ms == FOREVER else time.monotonic() + ms / 1000.0
+        if deadline is not None and self.remaining(key) * 1000 > ms:
+            return False
+        while True:
+            left = SLICE_MS if deadline is None else min(
+                SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            rc, msg, _ = self._blocking(_core.throttle_wait, k, left)
+            if rc == 0:
+                return True
+            if rc != _ETIMEDOUT:
+                raise error(rc, msg)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            _nap(min(self.remaining(key), SLICE_MS / 1000.0), deadline)
+
+    def clear(self, key):
+        """Drop key's back-off and wake its waiters (ENOKEY: never seen)."""
+        self._call(_core.throttle_clear, _key(key))
+
+    def reset(self):
+        """Drop every key's back-off."""
+        self._call(_core.throttle_reset)
+
+    # -- admission
+
+    def admit(self, key, klass="live", timeout=None):
+        """Block until a request for key may be sent (not-before passed,
+        one probe per lock episode, a free slot under the cap, first come
+        first served, live before backfill) and return the Admission, a
+        context manager.  Raises ETIMEDOUT (also a TimeoutError) when not
+        admitted within timeout seconds, ECANCELED on throttle_cancel().
+        Ctrl-C gives the queue place up and raises KeyboardInterrupt."""
+        k = _key(key)
+        cls = _klass(klass)
+        ms = _ms(timeout, "timeout", none_is_forever=True)
+        if HAVE_INTERRUPT:
+            rc, msg, adm = self._blocking(_core.throttle_enter, k, cls, ms,
+                                          key=key)
+            if rc != 0:
+                raise error(rc, msg)
+            return adm
+        deadline = None if ms == FOREVER else time.monotonic() + ms / 1000.0
+        while True:
+            left = SLICE_MS if deadline is None else min(
+                SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            rc, msg, adm = self._blocking(_core.throttle_enter, k, cls,
+                                          left, key=key)
+            if rc == 0:
+                return adm
+            if rc != _ETIMEDOUT:
+                raise error(rc, msg)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise error(rc, "%s: not admitted within %s s"
+                            % (key, timeout))
+            _nap(min(self.remaining(key), SLICE_MS / 1000.0), deadline)
+
+    def try_admit(self, key, klass="live"):
+        """Admit at once, or return None (not admitted now)."""
+        k = _key(key)
+        cls = _klass(klass)
+        ticket = ctypes.c_void_p()
+        h = self._use()
+        try:
+            rc = _core.throttle_try_enter(h.ptr, k, cls, ctypes.byref(ticket),
+                                          None)
+            if rc == _EWOULDBLOCK:
+                return None
+            if rc != 0:
+                raise error(rc, _text(_core.throttle_errmsg(h.ptr)))
+            return Admission(self, h, ticket.value, key)
+        finally:
+            self._done()
+
+    # -- key settings
+
+    def set_max_parallel(self, key, n):
+        """Cap concurrent admissions of key at n (1 to 32), or "auto" / 0
+        to learn the cap from the server's lock answers."""
+        if n == "auto":
+            n = 0
+        self._call(_core.throttle_set_max_parallel, _key(key),
+                   _uint(n, "n", UINT32_MAX))
+
+    def set_rate(self, key, n, period):
+        """At most n admissions per period seconds (n = 0: no rate)."""
+        self._call(_core.throttle_set_rate, _key(key),
+                   _uint(n, "n", UINT32_MAX), _ms(period, "period"))
+
+    def set_backfill_share(self, key, share):
+        """Backfill may hold at most share (0.0 to 1.0) of the cap."""
+        if isinstance(share, bool) or not isinstance(share, numbers.Real):
+            raise TypeError("share must be a number")
+        self._call(_core.throttle_set_backfill_share, _key(key), float(share))
+
+    def pause(self, key):
+        self._call(_core.throttle_pause, _key(key))
+
+    def resume(self, key):
+        self._call(_core.throttle_resume, _key(key))
+
+    def cancel(self, key):
+        """End every current waiter of key with ECANCELED."""
+        self._call(_core.throttle_cancel, _key(key))
+
+    @property
+    def segment_max_delay(self):
+        """The segment's maximum delay in seconds: the longest back-off any
+        process may publish (this process honours at most its own
+        max_delay)."""
+        ms = ctypes.c_uint64()
+        self._call(_core.throttle_segment_max_delay, ctypes.byref(ms))
+        return ms.value / 1000.0
+
+    def set_segment_max_delay(self, seconds):
+        """Change the segment's maximum delay, for every process."""
+        self._call(_core.throttle_set_segment_max_delay,
+                   _ms(seconds, "seconds"))
+
+    # -- inspection
+
+    def info(self, key):
+        """A snapshot of one key: a dict with the fields of
+        throttle_field_name() ("remaining_ms", "in_flight", "cap", ...),
+        "key", and "holders" (pid, age_ms, klass, probe)."""
+        out = ctypes.c_void_p()
+        self._call(_core.throttle_info, _key(key), ctypes.byref(out))
+        try:
+            return _snapshot(out.value)
+        finally:
+            _core.throttle_info_free(out)
+
+    def keys(self):
+        """Snapshots (as info()) of every key, in key order."""
+        found, failure = [], []
+
+        def each(info, _arg):
+            try:
+                found.append(_snapshot(info))
+                return 0
+            except BaseException as e:  # never let it cross into C
+                failure.append(e)
+                return 1
+
+        cb = _capi.ctype_of("int ( * ) ( const throttle_info_t * , void * )")(
+            each)
+        h = self._use()
+        try:
+            rc = _core.throttle_foreach(h.ptr, cb, None)
+            if failure:
+                raise failure[0]
+            if rc != 0:
+                raise error(rc, _text(_core.throttle_errmsg(h.ptr)))
+        finally:
+            self._done()
+        return found
+
+    def stats(self):
+        """Segment-wide figures: capacity, used, evictions, repairs."""
+        v = [ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(),
+             ctypes.c_uint64()]
+        self._call(_core.throttle_stats, *[ctypes.byref(x) for x in v])
+        return dict(zip(("capacity", "used", "evictions", "repairs"),
+                        (x.value for x in v)))
+
+
+class FallbackWarning(RuntimeWarning):
+    """The segment could not be used: back-off holds within this process
+    only.  The message names the cause and the fix."""
+
+
+class StaleAdmissionWarning(RuntimeWarning):
+    """An admission was reported after the library had taken it back from
+    a holder that looked hung (its lease lapsed)."""
+
+
+def _reopen(settings):
+    return Throttle(**settings)
+
+
+def _nap(seconds, deadline):
+    """Sleep at most seconds (and not past deadline), in Python, so that
+    signal handlers run."""
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.monotonic())
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+_FIELDS = []
+while True:
+    _name = _core.throttle_field_name(len(_FIELDS))
+    if _name is None:
+        break
+    _FIELDS.append(_text(_name))
+
+
+def _snapshot(info):
+    d = {"key": _text(_core.throttle_info_key(info))}
+    for i, name in enumerate(_FIELDS):
+        d[name] = _core.throttle_info_get(info, i)
+    holders = []
+    pid, age = ctypes.c_int64(), ctypes.c_int64()
+    cls, probe = ctypes.c_int(), ctypes.c_int()
+    while _core.throttle_info_holder(info, len(holders), ctypes.byref(pid),
+                                     ctypes.byref(age), ctypes.byref(cls),
+                                     ctypes.byref(probe)) == 0:
+        holders.append({"pid": pid.value, "age_ms": age.value,
+                        "klass": "backfill" if cls.value else "live",
+                        "probe": bool(probe.value)})
+    d["holders"] = holders
+    return d
+
+
+# ---- admissions ---------------------------------------------------------------------
+
+class Admission:
+    """An admission (throttle_enter), given back exactly once: by
+    report() (an HTTP answer), leave() (an outcome by name), or on leaving
+    the with block: as "transient" (FAILED) when an exception left it, as
+    "abandoned" when nothing was reported.  .probe is True for the probe
+    of a lock episode.  Belongs to the process that made it."""
+
+    def __init__(self, owner, handle, ticket, key):
+        self._owner = owner
+        self._handle = handle  # kept alive with its ticket
+        self._ticket = ticket
+        self._pid = os.getpid()
+        self.key = key
+        self.probe = bool(_core.throttle_ticket_is_probe(ticket))
+        self.outcome = None
+        owner._busy_add()
+
+    @property
+    def held(self):
+        return self._ticket is not None
+
+    def report(self, status, headers=None, body=b"", locked_codes=None):
+        """Classify the answer (the C library's rules), publish what it
+        asks for (lock, 429, 503: its Retry-After for every process) and
+        give the slot back.  Returns the Outcome."""
+        self._check()
+        out = outcome_of(status, headers, body, locked_codes)
+        self._leave(out.kind, out.retry_after)
+        self.outcome = out
+        return out
+
+    def leave(self, kind="ok", retry_after=None):
+        """Give the slot back with an outcome by name (OUTCOMES) and, for
+        "locked", "rate_limited" and "unavailable", the seconds to publish
+        (None: the library's default)."""
+        self._check()
+        if not isinstance(kind, str):
+            raise TypeError("kind must be a str")
+        if kind not in OUTCOMES:
+            raise _invalid("unknown outcome %r (one of %s)"
+                           % (kind, ", ".join(sorted(OUTCOMES))))
+        if retry_after is not None:
+            _number(retry_after, "retry_after")
+        self._leave(kind, retry_after)
+        self.outcome = Outcome(kind, retry_after)
+        return self.outcome
+
+    def _check(self):
+        if self._ticket is None:
+            raise _invalid("this admission was already given back")
+        if self._pid != os.getpid():
+            raise _invalid("this admission belongs to process %d" % self._pid)
+
+    def _leave(self, kind, retry_after):
+        ticket, self._ticket = self._ticket, None
+        if retry_after is None:
+            ms = 0  # the library's default delay
+        else:
+            # an explicit "Retry-After: 0" is 1 ms: 0 means the default
+            ms = max(1, _ms(retry_after, "retry_after"))
+        try:
+            rc = _core.throttle_leave(self._handle.ptr, ticket,
+                                      OUTCOMES[kind], ms)
+            if rc == _ESTALE:
+                # taken back already (the lease lapsed): the answer still
+                # counts (a back-off was published), nothing to give back
+                warnings.warn(StaleAdmissionWarning(
+                    "%s: the admission was taken back before it was "
+                    "reported (set the lease above the longest request)"
+                    % self.key), stacklevel=3)
+            elif rc != 0:
+                raise error(rc, _text(_core.throttle_errmsg(
+                    self._handle.ptr)))
+        finally:
+            self._owner._done()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if self._ticket is not None and self._pid == os.getpid():
+            kind = "transient" if isinstance(ev, Exception) else "abandoned"
+            try:
+                self._leave(kind, None)
+            except Error:
+                if et is None:
+                    raise
+        return False
+
+    def __del__(self):
+        # dropped without being given back: give the slot back now rather
+        # than hold it until the lease lapses
+        if getattr(self, "_ticket", None) is not None and \
+                self._pid == os.getpid():
+            try:
+                self._leave("abandoned", None)
+            except Exception:
+                pass
+
+    def __reduce__(self):
+        raise TypeError("an Admission belongs to the process that made it")
+
+    def __repr__(self):
+        return "<Admission %r%s%s>" % (
+            self.key, " probe" if self.probe else "",
+            "" if self._ticket is not None else " (given back)")

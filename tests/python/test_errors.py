@@ -1,0 +1,58 @@
+"""test_errors.py — one exception class per C error code, made from the
+C table, carrying the code, its name and the handle's message."""
+
+import pickle
+
+import pytest
+
+import libthrottle
+from libthrottle import _base
+
+
+def test_errors_one_class_per_code_of_the_c_table():
+    names = []
+    code = -1
+    while True:
+        name = _base._text(_base._core.throttle_err_name(code))
+        if name == "THROTTLE_UNKNOWN":
+            break
+        names.append((code, name))
+        code -= 1
+    assert len(names) >= 22  # ... through THROTTLE_EINTR
+    assert len(libthrottle.ERRORS) == len(names)
+    for code, name in names:
+        cls = libthrottle.ERRORS[code]
+        assert cls.code == code and cls.name == name
+        assert cls.__name__ == name[len("THROTTLE_"):]
+        assert getattr(libthrottle, cls.__name__) is cls
+        assert issubclass(cls, libthrottle.Error)
+        assert cls.description == _base._text(
+            _base._core.throttle_strerror(code))
+
+
+def test_errors_python_kinds():
+    assert issubclass(libthrottle.EINVAL, ValueError)
+    assert issubclass(libthrottle.EKEY, ValueError)
+    assert issubclass(libthrottle.ETIMEDOUT, TimeoutError)
+    assert libthrottle.EINTR.code == -22
+
+
+def test_errors_carry_the_handle_message(t):
+    with pytest.raises(libthrottle.EKEY) as e:
+        t.backoff(b"x" * 256, 1)
+    assert e.value.code == -3 and e.value.name == "THROTTLE_EKEY"
+    assert "more than 255 bytes" in str(e.value)  # the C message
+
+
+def test_errors_unknown_code_is_still_an_error():
+    e = libthrottle.error(-999)
+    assert type(e) is libthrottle.Error and e.code == -999
+    assert "-999" in str(e)
+
+
+def test_errors_pickle_across_processes():
+    e = libthrottle.EFULL("key table is full: /seg")
+    f = pickle.loads(pickle.dumps(e))
+    assert type(f) is libthrottle.EFULL and str(f) == str(e)
+    g = pickle.loads(pickle.dumps(libthrottle.GaveUp("x", 409)))
+    assert isinstance(g, libthrottle.GaveUp)

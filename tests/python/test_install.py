@@ -1,0 +1,52 @@
+"""test_install.py — `make install` installs the package so that the
+interpreter imports it from any directory with no environment, and the
+package finds the installed libraries by itself; uninstall-python removes
+it.  Installed into a
+virtual environment (PREFIX=the venv): the system is left alone."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, TOP
+
+
+def make(target, prefix, py):
+    """make TARGET for one interpreter, into PREFIX; its output on failure."""
+    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
+                          "B=" + BUILD, target, "PREFIX=" + prefix,
+                          "PYTHONS=" + py],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout
+
+
+def test_install_import_from_anywhere_without_environment(tmp_path):
+    venv = str(tmp_path / "venv")
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                           venv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if made.returncode != 0:
+        pytest.skip("no venv module: %s" % made.stdout.strip())
+    py = os.path.join(venv, "bin", "python3")
+    make("install", venv, py)
+    code = ("import libthrottle, libthrottle._base as t; "
+            "print(t._core._name); print(t._curl._name); "
+            "print(libthrottle.classify(409, b'{\"error\": {\"code\": "
+            "\"RESOURCE_LOCKED\"}}'))")
+    run = subprocess.run([py, "-c", code], env={}, cwd="/",
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    core, curl, kind = run.stdout.split()
+    assert core == os.path.join(venv, "lib", "libthrottle.so.1")
+    assert curl == os.path.join(venv, "lib", "libthrottle-curl.so.1")
+    assert kind == "locked"
+    # and uninstall-python (part of `make uninstall`) takes it away again
+    pkg = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2],
+                       "site-packages", "libthrottle")
+    assert os.path.isdir(pkg)
+    make("uninstall-python", venv, py)
+    assert not os.path.exists(pkg)

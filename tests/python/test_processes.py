@@ -1,0 +1,143 @@
+"""test_processes.py — a Throttle across processes: fork children (the
+multiprocessing "fork" start method) using their parent's handle, a
+Throttle passed to a "spawn" child, and Python and C processes
+(`throttlectl run`) queued on one key keeping its cap and FIFO order."""
+
+import multiprocessing
+import os
+import subprocess
+
+import pytest
+
+import libthrottle
+from conftest import BUILD, spawn, until
+
+KEY = "hotdata:ws1/orders"
+
+
+def append(path, line):
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def overlap(lines):
+    """The most "start" lines without their "end" at any point."""
+    now = most = 0
+    for line in lines:
+        now += 1 if line.startswith("start") else -1
+        most = max(most, now)
+    return most
+
+
+def fork_child(t, log, n):
+    for _ in range(n):
+        with t.admit(KEY, timeout=60) as adm:
+            append(log, "start %d" % os.getpid())
+            append(log, "end %d" % os.getpid())
+            adm.report(200, {}, b"")
+
+
+def test_fork_children_use_the_parent_s_handle(t, tmp_path):
+    t.set_max_parallel(KEY, 2)
+    t.wait(KEY)  # the parent has used it (and opened its main-thread handle)
+    log = str(tmp_path / "log")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=fork_child, args=(t, log, 3))
+             for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 6
+    with open(log) as f:
+        lines = f.read().split()
+    assert len(lines) == 6 * 3 * 4  # "start PID", "end PID"
+    info = t.info(KEY)
+    assert info["admitted"] == 18
+    assert info["in_flight"] == 0 and info["reclaims"] == 0
+    assert overlap([w for w in lines if w in ("start", "end")]) <= 2
+
+
+def _report_parent_s(adm, q):
+    try:
+        adm.report(200)
+        q.put("reported")
+    except libthrottle.EINVAL as e:
+        q.put("EINVAL: %s" % e)
+
+
+def test_fork_child_cannot_report_the_parent_s_admission(t):
+    adm = t.admit(KEY)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_report_parent_s, args=(adm, q))
+    p.start()
+    p.join(60)
+    assert q.get(timeout=10).startswith("EINVAL: this admission belongs")
+    assert t.info(KEY)["in_flight"] == 1  # still the parent's
+    adm.report(200)
+    assert t.info(KEY)["in_flight"] == 0
+
+
+def spawn_child(t, key):
+    # t arrives pickled: the child opened the same segment again
+    assert t.shared
+    with t.admit(key, timeout=30) as adm:
+        adm.report(429, {"Retry-After": "30"}, b"")
+
+
+def test_spawn_child_reopens_the_segment(t, segment):
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=spawn_child, args=(t, KEY))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    assert t.remaining(KEY) > 25  # published by the child, seen here
+    assert t.info(KEY)["last_publisher_pid"] == p.pid
+
+
+def test_admission_cannot_be_pickled(t):
+    import pickle
+    with t.admit(KEY) as adm:
+        with pytest.raises(TypeError):
+            pickle.dumps(adm)
+        adm.leave()
+
+
+def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
+    ctl = os.path.join(BUILD, "throttlectl")
+    if not os.path.exists(ctl):
+        pytest.fail("%s is missing (make)" % ctl)
+    log = str(tmp_path / "log")
+    t.set_max_parallel(KEY, 1)
+    holder = t.admit(KEY)
+    names = ["py0", "c1", "py2", "c3", "py4", "c5", "c6", "py7"]
+    procs = []
+    for i, name in enumerate(names):
+        if name.startswith("py"):
+            p = spawn("hold", KEY, name, log, 0.05)
+        else:
+            script = ('echo "start %s" >> "%s"; sleep 0.05; '
+                      'echo "end %s" >> "%s"' % (name, log, name, log))
+            p = subprocess.Popen([ctl, "run", KEY, "--timeout", "60", "--",
+                                  "sh", "-c", script],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        # queued in this order: the next starts once this one waits
+        until(lambda: t.info(KEY)["waiting_live"] == i + 1,
+              what="%s queued" % name)
+    holder.leave("ok")
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, (out, err)
+    with open(log) as f:
+        lines = f.read().splitlines()
+    expect = []
+    for name in names:
+        expect += ["start " + name, "end " + name]
+    assert lines == expect  # one at a time (cap 1), first come first served
+    assert t.info(KEY)["in_flight"] == 0

@@ -1,0 +1,165 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_ctl_inspect.sh — what operators and their tools read: `metrics`
+# parsed by a real Prometheus parser (python3-prometheus-client) and
+# compared with `show --json`; `metrics -o FILE` written atomically; the
+# JSON contract (schema, true/false, non-UTF-8 keys with their bytes in
+# base64); `segments`; `watch` off a terminal; warnings for clamped values.
+. "$(dirname "$0")/ctl_lib.sh"
+
+# A key with every character the exposition format escapes, one with a
+# byte that is not UTF-8, and one with admissions and a refusal.
+q='we"ird\key
+x'
+bad=$(printf 'raw\377key')
+"$T" backoff "$q" 30
+"$T" backoff "$bad" 30
+"$T" set hot --max-parallel 3
+"$T" run hot -- true
+"$T" run hot -- true
+"$T" pause hot
+
+# ---- metrics, through the parser ----
+"$T" metrics >"$tmp/m.txt"
+check "metrics exits 0" 0 $?
+"$PY" - "$tmp/m.txt" "$SEG" <<'PYEOF' >"$tmp/parsed" 2>&1
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+text = open(sys.argv[1], encoding="utf-8").read()
+seg = sys.argv[2]
+fams = {f.name: f for f in text_string_to_metric_families(text)}
+# Every family announced with HELP and TYPE, once.
+for line in text.splitlines():
+    if line.startswith("# TYPE "):
+        name, typ = line.split()[2:4]
+        base = name[:-6] if typ == "counter" and name.endswith("_total") else name
+        assert base in fams, name
+        assert fams[base].type == typ, (name, typ, fams[base].type)
+        assert fams[base].documentation, name
+def value(metric, **labels):
+    base = metric[:-6] if metric.endswith("_total") else metric
+    for s in fams[base].samples:
+        if s.name == metric and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise KeyError((metric, labels))
+assert value("throttle_segment_keys", segment=seg) == 3
+assert value("throttle_segment_capacity", segment=seg) == 4096
+assert value("throttle_segment_evictions_total", segment=seg) == 0
+assert value("throttle_key_admissions_total", segment=seg, key="hot") == 2
+assert value("throttle_key_cap", key="hot") == 3
+assert value("throttle_key_cap_learned", key="hot") == 0
+assert value("throttle_key_paused", key="hot") == 1
+assert value("throttle_key_waiting", key="hot", **{"class": "live"}) == 0
+assert value("throttle_key_in_flight", key="hot") == 0
+left = value("throttle_key_seconds_left", key='we"ird\\key\nx')
+assert 0 < left <= 30, left
+assert value("throttle_key_seconds_left", key="raw\\xffkey") > 0
+print("parsed", len(fams), "families")
+PYEOF
+rc=$?
+cat "$tmp/parsed"
+check "metrics parsed and its values right" 0 $rc
+
+# Counters end in _total, gauges do not; no family is empty of samples.
+check "every counter ends in _total" "" \
+  "$(awk '$1=="#" && $2=="TYPE" && $4=="counter" && $3 !~ /_total$/ {print $3}' "$tmp/m.txt")"
+
+# -o FILE: written whole, readable by a collector, no temporary left.
+mkdir "$tmp/textfile"
+"$T" metrics -o "$tmp/textfile/throttle.prom"
+check "metrics -o exits 0" 0 $?
+check "metrics -o writes what stdout shows" \
+  "$(grep -v seconds_left "$tmp/m.txt" | grep -v '^throttle_key_waited' | wc -l)" \
+  "$(grep -v seconds_left "$tmp/textfile/throttle.prom" | grep -v '^throttle_key_waited' | wc -l)"
+check "metrics -o leaves only the file" "throttle.prom" "$(ls "$tmp/textfile")"
+check "metrics -o file is world-readable" "644" "$(stat -c %a "$tmp/textfile/throttle.prom")"
+"$T" metrics -o "$tmp/no/such/dir/x.prom" 2>"$tmp/err"
+check "metrics -o into a missing directory fails" 1 $?
+
+# ---- JSON ----
+"$T" ls --json >"$tmp/ls.json"
+"$T" show hot --json >"$tmp/show.json"
+"$PY" - "$tmp/ls.json" "$tmp/show.json" "$SEG" <<'PYEOF'
+import base64, json, sys
+ls = json.load(open(sys.argv[1], encoding="utf-8"))
+show = json.load(open(sys.argv[2], encoding="utf-8"))
+assert ls["schema"] == 1 and show["schema"] == 1
+assert ls["segment"] == sys.argv[3] and ls["readonly"] is False
+keys = {k["key"]: k for k in ls["keys"]}
+assert 'we"ird\\key\nx' in keys
+raw = [k for k in ls["keys"] if "key_base64" in k]
+assert len(raw) == 1, raw
+assert base64.b64decode(raw[0]["key_base64"]) == b"raw\xffkey"
+assert raw[0]["key"] == "raw\ufffdkey"
+for k in ls["keys"] + [show]:
+    for f in ("cap_auto", "probe_out", "lock_episode", "paused"):
+        assert k[f] is True or k[f] is False, (f, k[f])
+    for h in k["holders"]:
+        assert h["probe"] is True or h["probe"] is False
+assert show["paused"] is True and show["cap_auto"] is False
+assert show["admitted"] == 2
+PYEOF
+check "JSON: schema, booleans, base64 for non-UTF-8 keys" 0 $?
+
+# ---- segments ----
+out=$("$T" segments)
+check "segments exits 0" 0 $?
+line=$(printf '%s\n' "$out" | awk -v s="$SEG" '$1==s')
+check "segments lists the segment with its keys" "$SEG root 0600 3/4096" \
+  "$(printf '%s\n' "$line" | awk '{print $1, $2, $3, $5}')"
+"$T" segments --json | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+s = [x for x in d["segments"] if x["name"] == sys.argv[1]][0]
+assert d["schema"] == 1 and s["used"] == 3 and s["readable"] is True
+assert s["idle_ms"] >= 0' "$SEG"
+check "segments --json" 0 $?
+
+# ---- watch off a terminal: repeated plain blocks, clean exit on SIGINT ----
+"$T" watch hot --interval 0.2 >"$tmp/watch.txt" 2>&1 &
+w=$!
+i=0
+while [ "$(lines '^KEY' "$tmp/watch.txt")" -lt 3 ] && [ $i -lt 200 ]; do
+  sleep 0.05; i=$((i + 1)); done
+kill -INT $w
+wait $w
+check "watch exits 0 on SIGINT" 0 $?
+check "watch off a terminal writes no escape sequences" 0 \
+  "$(grep -c "$(printf '\033')" "$tmp/watch.txt")"
+check "watch shows only the keys named" "hot" \
+  "$(awk '$1!="KEY" && !/ segment / && NF>=8 {print $1}' "$tmp/watch.txt" | sort -u)"
+
+# ---- values the library bounds are clamped with a warning ----
+"$T" backoff far 99999999999999999999 2>"$tmp/err"
+check "backoff beyond the maximum exits 0" 0 $?
+check_true "backoff beyond the maximum warns" contains "$(cat "$tmp/err")" \
+  "out of range; the maximum delay, 15m00s, is used"
+THROTTLE_MAX_DELAY_MS=2000 "$T" backoff near 5 2>"$tmp/err"
+check_true "the maximum follows THROTTLE_MAX_DELAY_MS" contains \
+  "$(cat "$tmp/err")" "the maximum delay, 2.0s, is used"
+"$T" backoff fine 5 2>"$tmp/err"
+check "a delay within the maximum is not warned about" "" "$(cat "$tmp/err")"
+"$T" set fine --backfill-share 0.0004 2>"$tmp/err"
+check_true "a share finer than thousandths warns" contains "$(cat "$tmp/err")" \
+  "0.000 is used (backfill gets no slot)"
+"$T" watch --interval 0.001 >"$tmp/w2" 2>"$tmp/err" &
+w=$!
+i=0
+while [ "$(lines '^KEY' "$tmp/w2")" -lt 1 ] && [ $i -lt 200 ]; do
+  sleep 0.05; i=$((i + 1)); done
+kill -INT $w; wait $w
+check_true "watch --interval below the minimum warns" contains \
+  "$(cat "$tmp/err")" "the minimum, 0.1 s, is used"
+# ---- a segment writable by others: refused for writing, shown read-only ----
+chmod 666 "/dev/shm$SEG"
+cp "/dev/shm$SEG" "$tmp/before"
+out=$("$T" ls 2>"$tmp/err")
+check "ls on an other-writable segment exits 0" 0 $?
+check_true "it is shown read-only" contains "$out" "(read-only)"
+check_true "with a note on why" contains "$(cat "$tmp/err")" \
+  "writable by group or others, which loaders refuse"
+"$T" backoff x 1 2>"$tmp/err"
+check "a writing command is refused" 1 $?
+cmp "$tmp/before" "/dev/shm$SEG"
+check "the segment is unchanged by the read" 0 $?
+finish
