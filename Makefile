@@ -122,7 +122,7 @@ $(B)/obj/redis_%.o: libthrottle/redis_%.c libthrottle/redis.h libthrottle/backen
 	$(CC) $(CFLAGS_ALL) -DTHROTTLE_BUILDING -c -o $@ $<
 
 $(B)/libthrottle-redis.so.$(MAJOR): $(REDIS_OBJ)
-	$(CC) $(SAN) -shared -Wl,-soname,libthrottle-redis.so.$(MAJOR) -o $@ \
+	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle-redis.so.$(MAJOR) -o $@ \
 	  $(REDIS_OBJ) $(LDLIBS_REDIS)
 
 $(B)/libthrottle-curl.a: $(HTTP_OBJ)
@@ -219,7 +219,7 @@ $(B)/bench/%: bench/%.c $(wildcard bench/*.h) $(B)/libthrottle.a include/throttl
 # The Redis figures start their own redis-server (tests/redis_helpers.c)
 # and time PING with hiredis directly.
 $(B)/bench/bench_redis: bench/bench_redis.c tests/redis_helpers.c $(B)/libthrottle.a include/throttle.h | $(B)/bench
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< tests/redis_helpers.c $(B)/libthrottle.a \
+	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS) -o $@ $< tests/redis_helpers.c $(B)/libthrottle.a \
 	  $(LDLIBS_REDIS) $(LDLIBS_CORE)
 
 BENCH_QUICK ?= 0
