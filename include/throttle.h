@@ -177,7 +177,8 @@ THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
 /* Largest delay this process honours: throttle_wait() and
  * throttle_remaining() treat a longer not-before as this long (counted from
  * the start of the wait).  throttle_enter() follows the gate all processes
- * share, bounded by the segment's maximum; bound its wait with its timeout.
+ * share, bounded by the segment's maximum (its throttle_try_enter() hint
+ * counts this process's maximum too); bound its wait with its timeout.
  * It never changes what is stored for the others (a loosely configured
  * process cannot shorten their waits).  When
  * this process creates the segment, it is also the segment's maximum, the
@@ -194,7 +195,9 @@ THROTTLE_EXTERN int throttle_config_set_lock_timeout(throttle_config_t *cfg,
 
 /* How long an admission may be held before it is taken back from a holder
  * that is alive but hung (dead holders are reclaimed at once, whatever the
- * lease).  Set it above your longest request.  Default $THROTTLE_LEASE_MS,
+ * lease).  Set it above your longest request.  Measured on
+ * CLOCK_MONOTONIC, which stops while the host is suspended: a suspend does
+ * not make every holder's lease lapse at once on resume.  Default $THROTTLE_LEASE_MS,
  * else 600000 (10 min).  Errors: THROTTLE_EINVAL (0 or more than one
  * day). */
 THROTTLE_EXTERN int throttle_config_set_lease(throttle_config_t *cfg,
@@ -406,7 +409,11 @@ typedef struct throttle_ticket throttle_ticket_t;
  * check of throttle_config_set_interrupt() said stop; the queue place is
  * given back).  On THROTTLE_EFULL,
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
- * not the key: fail open (send anyway, honouring Retry-After yourself). */
+ * not the key: fail open (send anyway, honouring Retry-After yourself).
+ * Before it returns THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT it waits out
+ * the key's not-before as far as it can read it without the mutex, so
+ * failing open is never early (THROTTLE_ETIMEDOUT if that lies past the
+ * timeout). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
                                    throttle_class_t cls, uint64_t timeout_ms,
                                    throttle_ticket_t **ticket);
@@ -437,6 +444,23 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);
+
+/* Report a transient outcome and wait to send again, keeping the caller's
+ * place: like throttle_leave() (the back-off is published, the probe
+ * answered, the cap learned), but the admission's slot goes back into the
+ * queue with its original arrival, so it is the oldest waiter, ahead of
+ * everyone who arrived after it (a LOCKED retry that left and entered again
+ * would queue behind them).  Then it waits as throttle_enter() does, with
+ * timeout_ms; on success *ticket is the admission again (the same ticket),
+ * to be left or requeued once more.  On any error *ticket is NULL and the
+ * place is given back.  Meant for LOCKED, RATE_LIMITED, UNAVAILABLE and
+ * FAILED; any outcome is accepted.
+ * Errors: as throttle_leave() (THROTTLE_ESTALE when the admission was
+ * already taken back: nothing is requeued) and as throttle_enter(). */
+THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
+                                     throttle_outcome_t outcome,
+                                     uint64_t retry_after_ms,
+                                     uint64_t timeout_ms);
 
 /* Key settings, kept in the segment and shared by every process. */
 

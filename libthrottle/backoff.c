@@ -11,6 +11,7 @@
  */
 #include "backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -94,6 +95,61 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
       read_nb(h, key, len, &nb, &r, NULL) != 0 || nb == 0)
     return 0;
   return ms_left(h, nb, throttle__now_ns());
+}
+
+/* The key's not-before as read without the mutex (0: absent, open, or the
+ * table kept changing under us), bounded by the segment's maximum delay:
+ * what a caller that cannot take the mutex still honours before it fails
+ * open. */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len) {
+  for (int t = 0; t < NOLOCK_TRIES; t++) {
+    uint32_t idx, seq;
+    int f = throttle__find_nolock(h, key, len, &idx, &seq);
+    if (f == 0)
+      return 0;
+    if (f < 0)
+      continue;
+    uint64_t v =
+        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    if (!throttle__seq_still(h, seq))
+      continue;
+    uint64_t limit =
+        throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
+    return v > limit ? limit : v;
+  }
+  return 0;
+}
+
+/* The mutex is out of reach (lock_rc): the caller will fail open and send
+ * anyway, but not before the not-before it can still read without the
+ * mutex (I1 holds even then).  Returns lock_rc after that wait, or
+ * THROTTLE_EWOULDBLOCK / THROTTLE_ETIMEDOUT / THROTTLE_EINTR as the wait
+ * itself ends. */
+int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
+                                 int lock_rc, int nowait, uint64_t deadline,
+                                 uint64_t *wait_ms) {
+  if (lock_rc != THROTTLE_ELOCKTIMEOUT && lock_rc != THROTTLE_ECORRUPT)
+    return lock_rc;
+  char why[512];
+  snprintf(why, sizeof why, "%s", throttle_errmsg(h));
+  _Atomic uint32_t word = 0; /* nobody wakes it: a timed sleep */
+  for (;;) {
+    uint64_t nb = throttle__nb_nolock(h, key, len), now = throttle__now_ns();
+    if (nb > throttle__sat_add(now, h->max_delay_ns)) /* what it honours */
+      nb = throttle__sat_add(now, h->max_delay_ns);
+    if (nb <= now)
+      return throttle__fail(h, lock_rc, "%s", why);
+    if (nowait || nb > deadline) {
+      if (wait_ms != NULL)
+        *wait_ms = (nb - now + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
+      return throttle__fail(h, nowait ? THROTTLE_EWOULDBLOCK
+                                      : THROTTLE_ETIMEDOUT,
+                            "%s: not before its back-off (%s)", key, why);
+    }
+    if (throttle__sleep(h, &word, 0, nb - now) != 0)
+      return throttle__fail(h, THROTTLE_EINTR, "%s: interrupted", key);
+  }
 }
 
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,

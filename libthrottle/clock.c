@@ -13,6 +13,12 @@
  * measures the two side by side (on the development machine they cost the
  * same within noise), so correctness decides.
  *
+ * Leases are the exception: they bound how long a running holder may keep
+ * its slot, and a holder frozen with the whole host during a suspend has
+ * not run, so they are measured on CLOCK_MONOTONIC (gate.c, reap_locked).
+ * On BOOTTIME a suspend longer than the lease would reclaim every holder
+ * at once on resume while they go on sending, exceeding the cap.
+ *
  * Futexes take relative timeouts measured on CLOCK_MONOTONIC; every sleep is
  * therefore followed by a fresh reading of the throttle clock, never trusted
  * to have lasted exactly as asked.

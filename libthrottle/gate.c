@@ -14,31 +14,40 @@
  * have no waker: each waiter sleeps at most until the next such instant
  * (plus jitter) and then runs grant_locked() itself.
  *
- * Dead holders.  A slot records pid and the process's start time (field 22
- * of /proc/PID/stat), so a reused pid is not mistaken for the holder.  A
- * holder whose process is gone (or a zombie) is reclaimed at the next look
- * (at most every REAP_NS per key, only when someone is waiting); a live but
- * hung holder is reclaimed when its lease lapses.  Rejected: OFD locks per
- * slot (reliable death detection, but inherited across fork(), so a child
- * would keep a dead parent's slot alive and cannot tell its parent's slots
- * from its own), and pid alone (pid reuse).
+ * Slots are identified by a ticket from one sequence for the whole segment
+ * that never restarts, so a ticket names one admission for the segment's
+ * lifetime: a stale ticket (lease lapsed, left before, a forked copy)
+ * matches nothing, and a forked child can release its parent's admission.
  *
- * The learned cap ("auto") starts at 1 and, until a lock signal is seen,
- * grows by one per success (slow start: the first contact with a locked
- * table costs one refused request, not one per process).  A LOCKED answer
- * while other holders were in flight halves it (floor 1) and remembers that
- * point; past it the cap grows by one only after 64 * cap successes, and
- * that interval doubles with each raise that fails again, so probing for
- * more room costs a refused request (and one back-off) every few hundred
- * successes at most.
+ * Dead holders (gate_live.c).  A holder is reclaimed at the next look (at
+ * most every REAP_NS per key, only when someone is waiting) once there is
+ * evidence it died; one that cannot be judged (another PID namespace,
+ * /proc hidden) and a live but hung one are reclaimed when their lease
+ * lapses.
+ *
+ * Waiting (throttle__sleep) is cut into slices when the caller set an
+ * interrupt check; an interrupted caller gives back its place, or a slot
+ * granted meanwhile, before it returns.  Every time-like field read here
+ * is bounded first (bound_rate, bound_slot_times): shared memory is input.
+ *
+ * A transient answer retried with throttle_requeue() keeps its slot, as a
+ * waiting slot with its arrival ticket: the oldest waiter, so it probes
+ * first when the back-off passes (a leave and a new enter would queue it
+ * behind later arrivals).
+ *
+ * Also here: publishing (the lock episode before the not-before, so a crash
+ * between them is safe) and cancel.  The learned cap is in gate_learn.c,
+ * the snapshot fields in gate_info.c.
+ *
+ * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
+ * once and sleeps on the record's epoch, which free_slot() bumps and wakes
+ * while such callers are counted; when it registers, the ticket it arrived
+ * with keeps its place in the FIFO order.  Rejected: a queue of overflow
+ * callers in shared memory (unbounded, and a dead one would block it).
  */
 #include "backend.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,10 +55,10 @@
 #define REAP_NS (50 * THROTTLE__NS_PER_MS)
 #define POLL_NS THROTTLE__POLL_NS
 #define DEFAULT_LOCK_DELAY_MS 5000u
-#define MAX_AUTO_FAILS 10u
 
 struct throttle_ticket {
   throttle_t *h;
+  throttle_class_t cls;
   uint64_t hash;
   uint64_t ticket;
   uint32_t slot;
@@ -58,103 +67,6 @@ struct throttle_ticket {
   void *be; /* the backend's admission (backend.h), or NULL */
   char key[THROTTLE__KEY_MAX + 1];
 };
-
-/* ---- processes ------------------------------------------------------- */
-
-/* What /proc says of a process: a zombie (dead to us: a killed child its
- * parent has not reaped yet), missing (no entry: gone, or hidden from us by
- * hidepid or a /proc of another PID namespace), alive with its start time
- * in clock ticks since boot, or unknown (unreadable, e.g. out of file
- * descriptors). */
-enum { PROC_ZOMBIE, PROC_MISSING, PROC_ALIVE, PROC_UNKNOWN };
-
-static int proc_start(pid_t pid, uint64_t *start) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT || errno == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  int e = errno;
-  close(fd);
-  if (n <= 0)
-    return n < 0 && e == ESRCH ? PROC_MISSING : PROC_UNKNOWN;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-  if (p == NULL || p[1] != ' ')
-    return PROC_UNKNOWN;
-  char state = p[2];
-  if (state == 'Z' || state == 'X' || state == 'x')
-    return PROC_ZOMBIE;
-  /* Field 3 is the state; the start time is field 22. */
-  p += 2;
-  for (int field = 3; field < 22 && p != NULL; field++) {
-    p = strchr(p, ' ');
-    if (p != NULL)
-      p++;
-  }
-  if (p == NULL)
-    return PROC_UNKNOWN;
-  *start = strtoull(p, NULL, 10);
-  return PROC_ALIVE;
-}
-
-/* This process's start time and PID namespace (the inode of
- * /proc/self/ns/pid), 0 when /proc could not tell.  Cached per pid, so a
- * forked child looks again. */
-struct self_id {
-  uint64_t start;
-  uint64_t pidns;
-};
-
-static struct self_id my_id(void) {
-  static _Atomic int64_t cached_pid;
-  static _Atomic uint64_t cached_start, cached_ns;
-  pid_t me = getpid();
-  if (atomic_load(&cached_pid) != me) {
-    uint64_t st = 0;
-    if (proc_start(me, &st) != PROC_ALIVE)
-      st = 0;
-    struct stat sb;
-    uint64_t ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino
-                                                      : 0;
-    atomic_store(&cached_start, st);
-    atomic_store(&cached_ns, ns);
-    atomic_store(&cached_pid, me);
-  }
-  return (struct self_id){atomic_load(&cached_start), atomic_load(&cached_ns)};
-}
-
-/* Dead only on evidence: a live holder's slot must never be taken because
- * it could not be seen (that would admit over the cap, I5).  Evidence is
- * judged only within one PID namespace, known on both sides: a pid of
- * another namespace names some other process here (two containers of a
- * pod share IPC and /dev/shm but not their PIDs), so such a holder, or one
- * whose namespace is unknown, lives until its lease lapses.  Within the
- * namespace: kill() saying ESRCH, a zombie, or another start time on the
- * pid (reused).  A missing /proc entry of a process kill() still finds
- * is hidden (hidepid, another /proc), not dead; if it really just died,
- * the next look sees ESRCH. */
-static bool holder_alive(const struct throttle__slot *s) {
-  struct self_id me = my_id();
-  if (s->pidns == 0 || me.pidns == 0 || s->pidns != me.pidns)
-    return true;
-  if (s->pid == (uint32_t)getpid())
-    return true;
-  if (s->pid == 0 || s->pid > INT32_MAX)
-    return false;
-  if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
-    return false;
-  uint64_t st = 0;
-  switch (proc_start((pid_t)s->pid, &st)) {
-  case PROC_ZOMBIE:
-    return false;
-  case PROC_ALIVE: /* another process now wears the pid? */
-    return s->start == 0 || st == s->start;
-  default:
-    return true;
-  }
-}
 
 /* ---- helpers on a record -------------------------------------------- */
 
@@ -167,35 +79,24 @@ static void bump(struct throttle__slot *s) {
   atomic_fetch_add_explicit(&s->word, 1, memory_order_release);
 }
 
-static uint32_t cap_of(const struct throttle__rec *r) {
-  uint32_t c = r->fixed_cap ? r->fixed_cap : r->auto_cap;
-  if (c < 1)
-    c = 1;
-  if (c > THROTTLE__SLOTS)
-    c = THROTTLE__SLOTS;
-  return c;
-}
-
-static uint32_t share_of(const struct throttle__rec *r) {
-  if (!(r->flags & THROTTLE__REC_SHARE_SET))
-    return 1000;
-  return r->share_permille > 1000 ? 1000 : r->share_permille;
-}
-
 static uint32_t backfill_cap(const struct throttle__rec *r, uint32_t cap) {
-  uint32_t share = share_of(r);
+  uint32_t share = throttle__share_of(r);
   if (share == 0)
     return 0;
   uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
   return n < 1 ? 1 : n;
 }
 
-static void free_slot(struct throttle__slot *s) {
+static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->state = THROTTLE__SLOT_FREE;
   s->probe = 0;
   s->ticket = 0;
   s->pid = 0;
   bump(s);
+  if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+    throttle__futex_wake(&r->epoch);
+  }
 }
 
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
@@ -263,11 +164,14 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
 #define LEASE_MAX_MS 86400000u                                /* one day */
 #define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
 
-static void bound_slot_times(struct throttle__slot *s, uint64_t now) {
+static void bound_slot_times(struct throttle__slot *s, uint64_t now,
+                             uint64_t mono) {
   if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
     s->lease_ms = LEASE_MAX_MS;
   if (s->since_ns > now) /* a grant in the future would never lapse */
     s->since_ns = now;
+  if (s->since_mono_ns > mono)
+    s->since_mono_ns = mono;
 }
 
 /* A conforming GCRA state never runs more than one period ahead of now. */
@@ -290,15 +194,15 @@ static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
 /* After a crash inside the critical section: make every slot and setting
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
-  uint64_t now = throttle__now_ns();
+  uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
   bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
-    bound_slot_times(s, now);
+    bound_slot_times(s, now, mono);
     if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
         (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
-      free_slot(s);
+      free_slot(r, s);
       continue;
     }
     if (s->state == THROTTLE__SLOT_HOLDING && r->probe_ticket != 0 &&
@@ -311,8 +215,8 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     r->fixed_cap = THROTTLE__SLOTS;
   if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
     r->auto_cap = 1;
-  if (r->auto_fails > MAX_AUTO_FAILS)
-    r->auto_fails = MAX_AUTO_FAILS;
+  if (r->auto_fails > THROTTLE__MAX_AUTO_FAILS)
+    r->auto_fails = THROTTLE__MAX_AUTO_FAILS;
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -360,20 +264,38 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
   reap_locked(r, now, false);
 }
 
+/* For eviction: a key that would be idle but for slots (no back-off, no
+ * setting an operator made) is reaped now, whoever waits; true when that
+ * leaves it idle (its only participants were dead or past their lease). */
+bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
+  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
+      r->fixed_cap || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+    return false;
+  reap_locked(r, now, true);
+  return throttle__rec_idle(r, now);
+}
+
 static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
     return;
   r->last_reap_ns = now;
+  /* Leases run on CLOCK_MONOTONIC, which stops while the host is
+   * suspended: a lease bounds how long a running holder may take, and a
+   * holder frozen with the whole host has not run.  On the throttle clock
+   * (CLOCK_BOOTTIME, right for a server's Retry-After) a suspend longer
+   * than the lease would reclaim every holder at once on resume, while
+   * they go on sending: the cap exceeded for the rest of their requests. */
+  uint64_t mono = throttle__mono_ns();
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
-    bound_slot_times(s, now);
+    bound_slot_times(s, now, mono);
     bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
-                  now - s->since_ns >
-                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS &&
-                  s->since_ns <= now;
-    if (!lapsed && holder_alive(s))
+                  mono - s->since_mono_ns >
+                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    if (!lapsed && throttle__holder_alive(s))
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {
       sat_inc(&r->reclaims);
@@ -383,7 +305,7 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
         atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
       }
     }
-    free_slot(s);
+    free_slot(r, s);
   }
 }
 
@@ -398,14 +320,6 @@ static struct throttle__slot *oldest(struct throttle__rec *r,
       best = s;
   }
   return best;
-}
-
-static uint32_t count(const struct throttle__rec *r, int state, int cls) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state == state && (cls < 0 || r->slot[i].cls == cls))
-      n++;
-  return n;
 }
 
 /* Grant as many waiters as the gate allows now, oldest first, live before
@@ -431,10 +345,10 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
   bound_rate(h, r, now);
-  uint32_t cap = cap_of(r);
-  uint32_t holders = count(r, THROTTLE__SLOT_HOLDING, -1);
+  uint32_t cap = throttle__cap_of(r);
+  uint32_t holders = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =
-      count(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
+      throttle__count_slots(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
   uint32_t bf_cap = backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
@@ -450,9 +364,13 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       return;
     }
     rate_take(r, now);
+    /* The grant times first: a crash after the state changes must not
+     * leave a holder timed by the slot's previous occupant (its lease
+     * would lapse at once and the slot be taken from a live holder). */
+    s->since_ns = now;
+    s->since_mono_ns = throttle__mono_ns();
     s->state = THROTTLE__SLOT_HOLDING;
     THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
-    s->since_ns = now;
     holders++;
     s->concurrent = (uint8_t)holders;
     if (s->cls == THROTTLE_CLASS_BACKFILL)
@@ -467,42 +385,6 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     bump(s);
     if (w != NULL && w->n < THROTTLE__SLOTS)
       w->slot[w->n++] = s;
-  }
-}
-
-/* ---- learning the cap ------------------------------------------------ */
-
-static void learn_locked(struct throttle__rec *r, throttle_outcome_t outcome,
-                         uint32_t others, uint32_t concurrent) {
-  if (r->fixed_cap != 0)
-    return;
-  if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
-    r->auto_cap = 1;
-  if (r->auto_fails > MAX_AUTO_FAILS) /* shared memory: a shift count below */
-    r->auto_fails = MAX_AUTO_FAILS;
-  if (outcome == THROTTLE_OUTCOME_OK) {
-    /* Only a success at the cap says anything about a larger one: a fleet
-     * that never fills its cap must not grow it without bound. */
-    if (concurrent < r->auto_cap)
-      return;
-    if (r->auto_cap > r->auto_ssthresh)
-      r->auto_fails = 0; /* the raised cap has been used without a refusal */
-    r->auto_oks++;
-    uint64_t need = r->auto_ssthresh == 0
-                        ? 1
-                        : (uint64_t)64 * r->auto_cap << r->auto_fails;
-    if (r->auto_oks >= need && r->auto_cap < THROTTLE__SLOTS) {
-      r->auto_cap++;
-      r->auto_oks = 0;
-    }
-  } else if (outcome == THROTTLE_OUTCOME_LOCKED && others > 0) {
-    /* Our own fleet holds the lock: too many at once. */
-    if (r->auto_ssthresh != 0 && r->auto_cap > r->auto_ssthresh &&
-        r->auto_fails < MAX_AUTO_FAILS)
-      r->auto_fails++;
-    r->auto_cap = r->auto_cap / 2 > 1 ? r->auto_cap / 2 : 1;
-    r->auto_ssthresh = r->auto_cap;
-    r->auto_oks = 0;
   }
 }
 
@@ -539,37 +421,24 @@ static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
   return n;
 }
 
-static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
-                    uint64_t timeout_ms, int nowait,
-                    throttle_ticket_t **out, uint64_t *wait_ms) {
-  if (h == NULL || out == NULL ||
-      (cls != THROTTLE_CLASS_LIVE && cls != THROTTLE_CLASS_BACKFILL))
-    return THROTTLE_EINVAL;
-  *out = NULL;
-  size_t len;
-  int rc = throttle__check_key(h, key, &len);
-  if (rc != 0)
-    return rc;
-  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
-  if (t == NULL)
-    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
-  t->h = h;
-  t->len = len;
-  memcpy(t->key, key, len);
-  t->hash = throttle__hash(h->seed, key, len);
-  t->slot = UINT32_MAX;
-  if (h->be != NULL) {
-    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
-                            &t->probe, wait_ms);
-    if (rc == 0) {
-      *out = t;
-      return 0;
-    }
-    if (rc != THROTTLE__BE_DOWN) {
-      throttle__free(t);
-      return rc;
-    }
-  }
+/* No longer waiting beyond the slots (registered, or giving up). */
+static void ovf_done(struct throttle__rec *r, bool *ovf) {
+  if (*ovf && r->ovf_waiters > 0)
+    r->ovf_waiters--;
+  *ovf = false;
+}
+
+/* Wait until t is admitted (its slot holding), from scratch or, when
+ * registered, from the waiting slot t already has (a requeue).  On success
+ * *out = t; otherwise t is freed and its place given back. */
+static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
+                      int nowait, bool registered, throttle_ticket_t **out,
+                      uint64_t *wait_ms) {
+  char key[THROTTLE__KEY_MAX + 1]; /* t may be freed before the last use */
+  size_t len = t->len;
+  memcpy(key, t->key, len + 1);
+  throttle_class_t cls = t->cls;
+  int rc;
   uint64_t start = throttle__now_ns();
   uint64_t deadline =
       timeout_ms == THROTTLE_FOREVER
@@ -577,9 +446,10 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
           : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
                                          ? UINT64_MAX
                                          : timeout_ms * THROTTLE__NS_PER_MS);
-  struct self_id self = my_id();
+  struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
-  bool registered = false, gen_taken = false, interrupted = false;
+  bool gen_taken = false, interrupted = false;
+  bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
   struct wake w = {.n = 0};
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -594,6 +464,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         t = NULL;
         throttle__fail(h, rc, "%s", why);
       }
+      rc = throttle__honour_nb_unlocked(h, key, len, rc, nowait, deadline,
+                                        wait_ms);
       break;
     }
     uint64_t now = throttle__now_ns();
@@ -609,6 +481,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       registered = false; /* reclaimed under us (lease, or a bad writer) */
     }
     if (!registered && gen_taken && r->cancel_gen != cancel_gen) {
+      ovf_done(r, &ovf);
       /* Canceled since we arrived, while we had no slot (more callers
        * than slots) or lost ours: a cancel ends every caller waiting at
        * its moment, not only those it found in a slot. */
@@ -638,16 +511,26 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
         s->start = self.start;
         s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
-        s->ticket = next_ticket_locked(h, r);
+        /* the ticket of the first arrival, if it had to wait beyond the
+         * slots: its place in the queue is when it came */
+        s->ticket = t->ticket != 0 ? t->ticket : next_ticket_locked(h, r);
         s->since_ns = now;
+        s->since_mono_ns = throttle__mono_ns();
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
         registered = true;
+        ovf_done(r, &ovf);
+      } else if (!ovf) {
+        ovf = true;
+        if (r->ovf_waiters < UINT32_MAX)
+          r->ovf_waiters++;
+        if (t->ticket == 0)
+          t->ticket = next_ticket_locked(h, r);
       }
     }
     if (s != NULL && s->state == THROTTLE__SLOT_CANCELED) {
-      free_slot(s);
+      free_slot(r, s);
       sat_inc(&r->canceled);
       throttle__unlock(h);
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
@@ -683,12 +566,17 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     /* Not admitted (yet).  A not-before beyond the deadline cannot be
      * waited out: say so now rather than sleep to the deadline.  Clamped:
      * grant_locked() returns before clamping for a paused key, and a
-     * stored not-before past the maximum delay would become the hint. */
+     * stored not-before past the maximum delay would become the hint.
+     * The hint, and giving up at once, count this process's own maximum
+     * too (it never lets the gate admit it early; see throttle.h). */
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
+    if (nb > throttle__sat_add(now, h->max_delay_ns))
+      nb = throttle__sat_add(now, h->max_delay_ns);
     if (nowait || interrupted || now >= deadline ||
         (nb > now && nb > deadline)) {
+      ovf_done(r, &ovf);
       if (s != NULL)
-        free_slot(s);
+        free_slot(r, s);
       grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
       throttle__unlock(h);
       wake_all(&w);
@@ -717,9 +605,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     /* Sleep until granted, or until time alone may open the gate (with
      * jitter, so the sleepers of one key do not all take the mutex in the
      * same instant), or the re-check bound, or the deadline. */
-    uint64_t until = now + POLL_NS;
-    if (s == NULL)
-      until = now + 20 * THROTTLE__NS_PER_MS; /* no slot: poll */
+    uint64_t until = now + POLL_NS; /* beyond the slots too: free_slot()
+                                       wakes the epoch */
     if (next != UINT64_MAX && next < until)
       until = throttle__sat_add(
           next, throttle__random() % (THROTTLE__JITTER_MAX_NS / 5 + 1));
@@ -730,6 +617,41 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   }
   throttle__free(t);
   return rc;
+}
+
+static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
+                    uint64_t timeout_ms, int nowait,
+                    throttle_ticket_t **out, uint64_t *wait_ms) {
+  if (h == NULL || out == NULL ||
+      (cls != THROTTLE_CLASS_LIVE && cls != THROTTLE_CLASS_BACKFILL))
+    return THROTTLE_EINVAL;
+  *out = NULL;
+  size_t len;
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
+  if (t == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  t->h = h;
+  t->cls = cls;
+  t->len = len;
+  memcpy(t->key, key, len);
+  t->hash = throttle__hash(h->seed, key, len);
+  t->slot = UINT32_MAX;
+  if (h->be != NULL) {
+    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+                            &t->probe, wait_ms);
+    if (rc == 0) {
+      *out = t;
+      return 0;
+    }
+    if (rc != THROTTLE__BE_DOWN) {
+      throttle__free(t);
+      return rc;
+    }
+  }
+  return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
 }
 
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
@@ -751,9 +673,107 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *t) {
   return t != NULL && t->probe;
 }
 
-THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
-                                   throttle_outcome_t outcome,
-                                   uint64_t retry_after_ms) {
+static bool publishes(throttle_outcome_t outcome) {
+  return outcome == THROTTLE_OUTCOME_LOCKED ||
+         outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
+         outcome == THROTTLE_OUTCOME_UNAVAILABLE;
+}
+
+/* Report t's outcome under the mutex: the probe's answer, counters, the
+ * back-off, the learned cap; then free t's slot, or (requeue) turn it back
+ * into a waiting slot that keeps its arrival ticket, hence its place at the
+ * head of the queue.  Grants what the gate allows now into *w.  Returns
+ * false when t's admission was already taken back (stale: nothing but the
+ * back-off is changed). */
+static bool report_locked(throttle_t *h, struct throttle__rec *r,
+                          throttle_ticket_t *t, throttle_outcome_t outcome,
+                          uint64_t retry_after_ms, bool requeue, uint64_t now,
+                          struct wake *w) {
+  struct throttle__slot *s = my_slot(r, t);
+  bool probe =
+      s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
+  uint32_t concurrent = s != NULL ? s->concurrent : 0;
+  uint32_t others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
+  if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
+    others--;
+  if (s != NULL && requeue && s->state == THROTTLE__SLOT_HOLDING) {
+    s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
+    s->probe = 0;
+    s->since_ns = now;
+  } else if (s != NULL) {
+    free_slot(r, s);
+  }
+  if (probe) {
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+    /* throttle_wait() callers sleep on the epoch for the probe's answer */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+    throttle__futex_wake(&r->epoch);
+  }
+  if (outcome == THROTTLE_OUTCOME_OK && probe)
+    /* the lock is free */
+    throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
+  if (outcome == THROTTLE_OUTCOME_LOCKED)
+    sat_inc(&r->locked);
+  if (outcome == THROTTLE_OUTCOME_PERMANENT)
+    sat_inc(&r->permanent);
+  if (publishes(outcome)) {
+    uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
+    throttle__publish_locked(h, r, now,
+                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                 ? UINT64_MAX
+                                 : ms * THROTTLE__NS_PER_MS);
+  }
+  if (s != NULL) /* a stale report says nothing of the cap now */
+    throttle__learn_locked(r, outcome, others, concurrent);
+  r->last_use_ns = now;
+  THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
+  uint64_t next;
+  grant_locked(h, r, now, w, &next);
+  return s != NULL;
+}
+
+/* A back-off reported through the backend, recorded in the segment too
+ * (as throttle_backoff() does): if the backend goes away, this host's
+ * processes still honour it. */
+static void mirror_publish(throttle_t *h, const throttle_ticket_t *t,
+                           uint64_t ms) {
+  if (throttle__lock(h) != 0)
+    return;
+  uint64_t now = throttle__now_ns();
+  struct throttle__rec *r;
+  if (throttle__insert_locked(h, t->key, t->len, t->hash, now, &r) == 0)
+    throttle__publish_locked(h, r, now,
+                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                 ? UINT64_MAX
+                                 : ms * THROTTLE__NS_PER_MS);
+  throttle__unlock(h);
+}
+
+/* The report of a backend's admission: the backend frees it (also when it
+ * is down: then its liveness lapses), the segment records the back-off. */
+static int report_backend(throttle_t *h, throttle_ticket_t *t,
+                          throttle_outcome_t outcome,
+                          uint64_t retry_after_ms, int bad_outcome) {
+  int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
+  if (publishes(outcome))
+    mirror_publish(h, t,
+                   retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS);
+  throttle__free(t);
+  if (rc == THROTTLE__BE_DOWN)
+    rc = 0;
+  if (rc == 0 && bad_outcome)
+    rc = throttle__fail(h, THROTTLE_EINVAL,
+                        "unknown outcome; the slot was given back as "
+                        "abandoned");
+  return rc;
+}
+
+/* throttle_leave() and throttle_requeue(): report under the mutex.  t is
+ * freed unless requeued (then *requeued is set). */
+static int report(throttle_t *h, throttle_ticket_t *t,
+                  throttle_outcome_t outcome, uint64_t retry_after_ms,
+                  bool requeue, bool *requeued) {
+  *requeued = false;
   if (h == NULL || t == NULL || t->h != h) {
     throttle__free(t);
     return THROTTLE_EINVAL;
@@ -762,22 +782,10 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   if (bad_outcome) { /* still give the slot back, as abandoned */
     outcome = THROTTLE_OUTCOME_ABANDONED;
     retry_after_ms = 0;
+    requeue = false;
   }
-  if (t->be != NULL) {
-    /* Down: the admission lapses in the backend's own time.  Either way a
-     * published back-off goes on below into this host's segment. */
-    int brc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
-    t->be = NULL;
-    /* A published back-off goes into the segment too (as in
-     * throttle_backoff()); the ticket holds no slot of it. */
-    bool pub = outcome == THROTTLE_OUTCOME_LOCKED ||
-               outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
-               outcome == THROTTLE_OUTCOME_UNAVAILABLE;
-    if (brc != THROTTLE__BE_DOWN && (brc != 0 || !pub)) {
-      throttle__free(t);
-      return brc;
-    }
-  }
+  if (t->be != NULL)
+    return report_backend(h, t, outcome, retry_after_ms, bad_outcome);
   int rc = throttle__lock(h);
   if (rc != 0) {
     throttle__free(t);
@@ -785,56 +793,14 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
   }
   uint64_t now = throttle__now_ns();
   struct throttle__rec *r = throttle__find_locked(h, t->key, t->len, t->hash);
-  bool publish = outcome == THROTTLE_OUTCOME_LOCKED ||
-                 outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
-                 outcome == THROTTLE_OUTCOME_UNAVAILABLE;
-  if (r == NULL && publish)
+  if (r == NULL && publishes(outcome))
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
   struct wake w = {.n = 0};
-  bool stale = true; /* no slot of this admission is left */
-  if (r != NULL) {
-    struct throttle__slot *s = my_slot(r, t);
-    stale = s == NULL;
-    bool probe = s != NULL && r->probe_ticket != 0 &&
-                 s->ticket == r->probe_ticket;
-    uint32_t concurrent = s != NULL ? s->concurrent : 0;
-    uint32_t others = count(r, THROTTLE__SLOT_HOLDING, -1);
-    if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
-      others--;
-    if (s != NULL)
-      free_slot(s);
-    if (probe) {
-      __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-      /* throttle_wait() callers sleep on the epoch for the probe's answer */
-      atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-      throttle__futex_wake(&r->epoch);
-    }
-    if (outcome == THROTTLE_OUTCOME_OK && probe)
-      /* the lock is free */
-      throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
-    if (outcome == THROTTLE_OUTCOME_LOCKED)
-      sat_inc(&r->locked);
-    if (outcome == THROTTLE_OUTCOME_PERMANENT)
-      sat_inc(&r->permanent);
-    if (publish) {
-      uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
-      throttle__publish_locked(
-          h, r, now,
-          ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
-                                                : ms * THROTTLE__NS_PER_MS);
-    }
-    if (!stale) /* a stale report says nothing of the cap now */
-      learn_locked(r, outcome, others, concurrent);
-    r->last_use_ns = now;
-    THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
-    uint64_t next;
-    grant_locked(h, r, now, &w, &next);
-  }
+  bool stale = r == NULL ||
+               !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
+                              &w);
   throttle__unlock(h);
   wake_all(&w);
-  char key_copy[THROTTLE__KEY_MAX + 1];
-  memcpy(key_copy, t->key, t->len + 1);
-  throttle__free(t);
   if (rc == 0 && bad_outcome)
     rc = throttle__fail(h, THROTTLE_EINVAL,
                         "unknown outcome; the slot was given back as "
@@ -844,10 +810,51 @@ THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
                         "%.255s: the admission was already taken back (its "
                         "lease lapsed, or it was left before); no slot was "
                         "touched%s",
-                        key_copy, publish ? ", the back-off was published" : "");
+                        t->key,
+                        publishes(outcome) ? ", the back-off was published"
+                                           : "");
   else if (rc == 0)
     throttle__clear_msg(h);
+  if (rc == 0 && requeue) {
+    *requeued = true;
+    return 0;
+  }
+  throttle__free(t);
   return rc;
+}
+
+THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *t,
+                                   throttle_outcome_t outcome,
+                                   uint64_t retry_after_ms) {
+  bool requeued;
+  return report(h, t, outcome, retry_after_ms, false, &requeued);
+}
+
+THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
+                                     throttle_outcome_t outcome,
+                                     uint64_t retry_after_ms,
+                                     uint64_t timeout_ms) {
+  if (ticket == NULL)
+    return THROTTLE_EINVAL;
+  throttle_ticket_t *t = *ticket;
+  *ticket = NULL;
+  if (t != NULL && t->h == h && h != NULL && t->be != NULL) {
+    /* On a backend the report frees the place; the caller queues again
+     * (at the back: the backend keeps no place across a report). */
+    char key[THROTTLE__KEY_MAX + 1];
+    throttle_class_t cls = t->cls;
+    memcpy(key, t->key, t->len);
+    key[t->len] = 0;
+    int rc = throttle_leave(h, t, outcome, retry_after_ms);
+    if (rc != 0)
+      return rc;
+    return throttle_enter(h, key, cls, timeout_ms, ticket);
+  }
+  bool requeued;
+  int rc = report(h, t, outcome, retry_after_ms, true, &requeued);
+  if (!requeued)
+    return rc;
+  return enter_wait(h, t, timeout_ms, 0, true, ticket, NULL);
 }
 
 /* Wake every waiter of r with THROTTLE_ECANCELED (see settings.c). */
@@ -859,72 +866,4 @@ void throttle__cancel_locked(struct throttle__rec *r) {
       bump(&r->slot[i]);
     }
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-}
-
-/* ---- snapshots ------------------------------------------------------- */
-
-void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
-                             throttle_info_t *out) {
-  int64_t *f = out->field;
-  f[THROTTLE_FIELD_IN_FLIGHT] = count(r, THROTTLE__SLOT_HOLDING, -1);
-  f[THROTTLE_FIELD_CAP] = cap_of(r);
-  f[THROTTLE_FIELD_CAP_AUTO] = r->fixed_cap == 0;
-  f[THROTTLE_FIELD_WAITING_LIVE] =
-      count(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_LIVE);
-  f[THROTTLE_FIELD_WAITING_BACKFILL] =
-      count(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_BACKFILL);
-  f[THROTTLE_FIELD_PROBE_OUT] = r->probe_ticket != 0;
-  f[THROTTLE_FIELD_LOCK_EPISODE] = (r->flags & THROTTLE__REC_EPISODE) != 0;
-  f[THROTTLE_FIELD_PAUSED] = (r->flags & THROTTLE__REC_PAUSED) != 0;
-  f[THROTTLE_FIELD_RATE_N] = r->rate_n;
-  f[THROTTLE_FIELD_RATE_PERIOD_MS] =
-      (int64_t)(r->rate_period_ns / THROTTLE__NS_PER_MS);
-  f[THROTTLE_FIELD_BACKFILL_SHARE_PERMILLE] = share_of(r);
-#define CLAMP64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
-  f[THROTTLE_FIELD_ADMITTED] = CLAMP64(r->admitted);
-  f[THROTTLE_FIELD_LOCKED] = CLAMP64(r->locked);
-  f[THROTTLE_FIELD_PROBES] = CLAMP64(r->probes);
-  f[THROTTLE_FIELD_RECLAIMS] = CLAMP64(r->reclaims);
-  f[THROTTLE_FIELD_CANCELED] = CLAMP64(r->canceled);
-  f[THROTTLE_FIELD_PERMANENT] = CLAMP64(r->permanent);
-#undef CLAMP64
-  out->nholders = 0;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-    const struct throttle__slot *s = &r->slot[i];
-    if (s->state != THROTTLE__SLOT_HOLDING)
-      continue;
-    uint32_t k = out->nholders++;
-    out->holder[k].pid = s->pid;
-    out->holder[k].host[0] = 0; /* this host's */
-    out->holder[k].cls = s->cls;
-    out->holder[k].probe = r->probe_ticket != 0 && s->ticket == r->probe_ticket;
-    out->holder[k].age_ms =
-        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
-  }
-}
-
-THROTTLE_EXTERN const char *
-throttle_info_holder_host(const throttle_info_t *info, size_t i) {
-  if (info == NULL || i >= info->nholders)
-    return NULL;
-  return info->holder[i].host;
-}
-
-THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
-                                         size_t i, int64_t *pid,
-                                         int64_t *age_ms,
-                                         throttle_class_t *cls, int *probe) {
-  if (info == NULL)
-    return THROTTLE_EINVAL;
-  if (i >= info->nholders)
-    return THROTTLE_ENOKEY;
-  if (pid)
-    *pid = info->holder[i].pid;
-  if (age_ms)
-    *age_ms = (int64_t)info->holder[i].age_ms;
-  if (cls)
-    *cls = (throttle_class_t)info->holder[i].cls;
-  if (probe)
-    *probe = info->holder[i].probe;
-  return 0;
 }

@@ -83,9 +83,10 @@ struct throttle__hdr {
   _Atomic uint64_t max_delay_ns;
 };
 
-/* Participants of one key: holders and waiters.  A key with more than
- * THROTTLE__SLOTS participants at once makes the extra callers poll (see
- * gate.c); caps are therefore at most THROTTLE__SLOTS. */
+/* Participants of one key: holders and waiters.  Callers beyond
+ * THROTTLE__SLOTS participants wait on the record's epoch with their
+ * arrival ticket until a slot frees (see gate.c); caps are therefore at
+ * most THROTTLE__SLOTS. */
 #define THROTTLE__SLOTS 32u
 #define THROTTLE__DEFAULT_LEASE_MS UINT64_C(600000)
 enum {
@@ -107,6 +108,7 @@ struct throttle__slot {
   uint64_t pidns;    /* inode of the holder's PID namespace, 0 = unknown */
   uint64_t ticket;   /* segment-wide arrival number: FIFO order, identity */
   uint64_t since_ns; /* arrival (waiting) or grant (holding) time */
+  uint64_t since_mono_ns; /* the grant on CLOCK_MONOTONIC: the lease's clock */
 };
 
 /* One key.  Line 0 holds what the lock-free path reads. */
@@ -146,6 +148,9 @@ struct throttle__rec {
   uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
   uint32_t auto_oks;      /* successes since the last change */
   uint32_t auto_fails;    /* raises that failed in a row (probing back-off) */
+  uint32_t ovf_waiters;   /* callers waiting beyond the slots (a hint: a
+                             crashed one leaves it high, costing wakes) */
+  uint32_t pad_;
   /* Counters: */
   uint64_t admitted;
   uint64_t locked;
@@ -174,6 +179,34 @@ static inline int throttle__gate_held(const struct throttle__rec *r) {
       __atomic_load_n(&r->probe_ticket, __ATOMIC_ACQUIRE) != 0)
     return 2;
   return 0;
+}
+
+/* The key's cap now: fixed, else learned; 1..THROTTLE__SLOTS whatever the
+ * record says. */
+static inline uint32_t throttle__cap_of(const struct throttle__rec *r) {
+  uint32_t c = r->fixed_cap ? r->fixed_cap : r->auto_cap;
+  if (c < 1)
+    c = 1;
+  if (c > THROTTLE__SLOTS)
+    c = THROTTLE__SLOTS;
+  return c;
+}
+
+/* Backfill's share of the cap in thousandths (1000 unless set). */
+static inline uint32_t throttle__share_of(const struct throttle__rec *r) {
+  if (!(r->flags & THROTTLE__REC_SHARE_SET))
+    return 1000;
+  return r->share_permille > 1000 ? 1000 : r->share_permille;
+}
+
+/* Participant slots in state (and of class cls, unless cls < 0). */
+static inline uint32_t throttle__count_slots(const struct throttle__rec *r,
+                                             int state, int cls) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state == state && (cls < 0 || r->slot[i].cls == cls))
+      n++;
+  return n;
 }
 
 /* flags and probe_ticket are read without the mutex (throttle_wait), so
@@ -304,6 +337,35 @@ uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
+/* backoff.c */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len);
+/* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
+ * not-before readable without it, then return lock_rc (fail open), or
+ * THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR as that wait ends. */
+int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
+                                 int lock_rc, int nowait, uint64_t deadline,
+                                 uint64_t *wait_ms);
+
+/* gate_live.c */
+struct throttle__self_id {
+  uint64_t start; /* process start time in clock ticks, 0 = unknown */
+  uint64_t pidns; /* inode of /proc/self/ns/pid, 0 = unknown */
+};
+/* This process's identity as recorded in the slots it takes (cached per
+ * pid, so a forked child looks again). */
+struct throttle__self_id throttle__self_id(void);
+/* false only on evidence that the slot's process is gone. */
+bool throttle__holder_alive(const struct throttle__slot *s);
+
+/* gate_learn.c */
+#define THROTTLE__MAX_AUTO_FAILS 10u
+/* Learn the auto cap from one outcome: others = holders besides the
+ * leaver, concurrent = holders when it was granted. */
+void throttle__learn_locked(struct throttle__rec *r,
+                            throttle_outcome_t outcome, uint32_t others,
+                            uint32_t concurrent);
+
 /* gate.c */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
@@ -314,6 +376,7 @@ void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
+bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
 
 #ifdef THROTTLE_TESTING
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)

@@ -357,6 +357,41 @@ void throttle__repair_locked(throttle_t *h) {
  * only when a new key arrives at a full table, so its O(capacity) cost is
  * paid by that insert alone; an approximate (sampled) LRU was rejected
  * because the contract promises the least recently used. */
+#define REAP_TRIES 8
+
+/* No idle key: keys whose only participants are dead (or past their
+ * lease) would otherwise never be reaped when nobody waits on them, and
+ * could fill the table.  The least recently used of the keys held only by
+ * slots are reaped, up to REAP_TRIES of them (reading /proc costs
+ * microseconds a slot, so the work under the mutex stays bounded), and the
+ * first that comes out idle is the victim. */
+static uint32_t reap_victim_locked(throttle_t *h, uint64_t now) {
+  uint32_t tried[REAP_TRIES] = {0};
+  for (int n = 0; n < REAP_TRIES; n++) {
+    uint32_t best = UINT32_MAX;
+    uint64_t oldest = UINT64_MAX;
+    for (uint32_t i = 0; i < h->capacity; i++) {
+      const struct throttle__rec *r = &h->recs[i];
+      if (r->state != THROTTLE__REC_USED || r->last_use_ns >= oldest ||
+          atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
+        continue;
+      bool seen = false;
+      for (int k = 0; k < n && !seen; k++)
+        seen = tried[k] == i;
+      if (!seen) {
+        oldest = r->last_use_ns;
+        best = i;
+      }
+    }
+    if (best == UINT32_MAX)
+      return UINT32_MAX;
+    if (throttle__reap_idle_locked(&h->recs[best], now))
+      return best;
+    tried[n] = best;
+  }
+  return UINT32_MAX;
+}
+
 static int evict_one_locked(throttle_t *h, uint64_t now) {
   uint32_t victim = UINT32_MAX;
   uint64_t oldest = UINT64_MAX;
@@ -368,6 +403,8 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
       victim = i;
     }
   }
+  if (victim == UINT32_MAX)
+    victim = reap_victim_locked(h, now);
   if (victim == UINT32_MAX)
     return -1;
   struct throttle__rec *r = &h->recs[victim];

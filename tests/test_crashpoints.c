@@ -463,6 +463,84 @@ static void test_crashpoints_gate_mid_leave_locked(void **s) {
 static void test_crashpoints_table_mid_insert(void **s) { run_point(s, 9); }
 static void test_crashpoints_table_mid_evict(void **s) { run_point(s, 10); }
 
+/* ---- a grant cut short ------------------------------------------------- */
+
+struct grant_arg {
+  struct th_fx *fx;
+  int out; /* to the parent: 1 once admitted */
+  int in;  /* from the parent: a word means go on (the leaver only) */
+};
+
+static int enter_and_tell(struct grant_arg *a, throttle_t **h,
+                          throttle_ticket_t **t) {
+  TH_CHILD_CHECK(throttle_open(a->fx->cfg, h) == 0);
+  TH_CHILD_CHECK(throttle_enter(*h, GATE_KEY, THROTTLE_CLASS_LIVE, 5000, t) ==
+                 0);
+  th_send_u64(a->out, 1);
+  return 0;
+}
+
+static int hold_then_die_handing_over(void *p) {
+  struct grant_arg *a = p;
+  throttle_t *h = NULL;
+  throttle_ticket_t *t = NULL;
+  if (enter_and_tell(a, &h, &t) != 0)
+    return 1;
+  uint64_t v;
+  th_recv_u64(a->in, &v); /* the waiter is queued */
+  setenv("THROTTLE_CRASH_AT", "gate-mid-grant", 1);
+  throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  return 1; /* not reached: the crash point kills */
+}
+
+static int wait_then_hold(void *p) {
+  throttle_t *h = NULL;
+  throttle_ticket_t *t = NULL;
+  if (enter_and_tell(p, &h, &t) != 0)
+    return 1;
+  for (;;)
+    pause();
+}
+
+/* The leaver dies handing its slot to a waiter, just after the waiter's
+ * slot became a holder.  The waiter's lease must run from that grant, not
+ * from whenever its slot was last timed (here never: the lease would lapse
+ * at once, and the slot go to the next caller while the waiter sends). */
+static void test_crashpoints_grant_cut_short_keeps_lease(void **s) {
+  struct th_fx *fx = fx_of(s);
+  assert_int_equal(throttle_config_set_lease(fx->cfg, 5000), 0);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, GATE_KEY, 1), 0);
+  int lout[2], lin[2], wout[2];
+  assert_int_equal(pipe(lout), 0);
+  assert_int_equal(pipe(lin), 0);
+  assert_int_equal(pipe(wout), 0);
+  struct grant_arg la = {fx, lout[1], lin[0]}, wa = {fx, wout[1], -1};
+  pid_t leaver = th_spawn(fx, hold_then_die_handing_over, &la);
+  close(lout[1]);
+  close(lin[0]);
+  assert_int_equal(recv_within(lout[0], HANG_GUARD_MS), 1);
+  pid_t waiter = th_spawn(fx, wait_then_hold, &wa);
+  close(wout[1]);
+  th_wait_field(h, GATE_KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_GUARD_MS);
+  th_send_u64(lin[1], 1); /* hand over */
+  close(lin[1]);
+  th_reap_killed(fx, leaver, HANG_GUARD_MS);
+  assert_int_equal(recv_within(wout[0], HANG_GUARD_MS), 1); /* admitted */
+  for (int i = 0; i < 4; i++) {
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(
+        throttle_try_enter(h, GATE_KEY, THROTTLE_CLASS_LIVE, &t, NULL),
+        THROTTLE_EWOULDBLOCK);
+    th_sleep_ms(60); /* past the reap interval */
+  }
+  assert_int_equal(field(h, GATE_KEY, THROTTLE_FIELD_RECLAIMS), 0);
+  close(lout[0]);
+  close(wout[0]);
+  kill(waiter, SIGKILL);
+  th_reap_killed(fx, waiter, HANG_GUARD_MS);
+}
+
 /* ---- publishing ---------------------------------------------------- */
 
 static int publish_and_die(void *arg) {
@@ -506,6 +584,7 @@ int main(void) {
       T(test_crashpoints_table_mid_insert),
       T(test_crashpoints_table_mid_evict),
       T(test_crashpoints_publish_any_prefix_safe),
+      T(test_crashpoints_grant_cut_short_keeps_lease),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,6 +52,8 @@ static struct throttle__slot *forge_holder(throttle_t *h, const char *key,
   s->pid = (uint32_t)getpid();
   s->ticket = UINT64_C(1) << 40;
   s->since_ns = since_ns;
+  /* the lease's own clock, damaged alike */
+  s->since_mono_ns = since_ns == UINT64_MAX ? UINT64_MAX : throttle__mono_ns();
   s->lease_ms = lease_ms;
   throttle__unlock(h);
   return s;
@@ -77,7 +79,8 @@ static void test_hostile_fields_rate_period(void **state) {
   admits(h, "period");
 }
 
-/* A grant time in the future: the lease would never lapse. */
+/* A grant time in the future (on both clocks): the lease would never
+ * lapse. */
 static void test_hostile_fields_slot_since(void **state) {
   throttle_t *h = open_small_max(*state);
   forge_holder(h, "since", UINT64_MAX, 100);

@@ -501,7 +501,7 @@ static int ns_holder(void *arg) {
   pid_t g = fork();
   if (g == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) != 0) {
       fprintf(stderr, "mount /proc: %s\n", strerror(errno));
@@ -584,7 +584,7 @@ static void test_multiproc_other_pid_namespace_holder_kept(void **state) {
 static int hidden_proc_reader(void *arg) {
   struct th_fx *fx = arg;
   if (unshare(CLONE_NEWNS) != 0 ||
-      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
       mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
     fprintf(stderr, "hiding /proc: %s\n", strerror(errno));
     return SKIP_STATUS;
@@ -611,6 +611,32 @@ static void test_multiproc_hidden_proc_holder_kept(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   assert_int_equal(ns_field(h, THROTTLE_FIELD_RECLAIMS), 0);
   assert_int_equal(ns_field(h, THROTTLE_FIELD_IN_FLIGHT), 1);
+}
+
+/* The mutex out of reach: throttle_enter() fails open, but only after the
+ * not-before it can read without the mutex; try_enter says how long. */
+static void test_multiproc_fail_open_honours_not_before(void **state) {
+  struct th_fx *fx = fx_of(state);
+  assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 100), 0);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "k", 1500), 0);
+  uint64_t nb = th_now_ns() + 1400 * NS_PER_MS;
+  pid_t pid = th_spawn(fx, child_sits_on_mutex, fx);
+  th_wait_stopped(fx, pid, HANG_GUARD_MS);
+  throttle_ticket_t *t = NULL;
+  uint64_t wait_ms = 0;
+  assert_int_equal(throttle_try_enter(h, "k", THROTTLE_CLASS_LIVE, &t,
+                                      &wait_ms),
+                   THROTTLE_EWOULDBLOCK);
+  assert_true(wait_ms > 0 && wait_ms <= 1500);
+  assert_int_equal(throttle_enter(h, "k", THROTTLE_CLASS_LIVE, 200, &t),
+                   THROTTLE_ETIMEDOUT); /* the back-off is past the timeout */
+  assert_int_equal(throttle_enter(h, "k", THROTTLE_CLASS_LIVE, 10000, &t),
+                   THROTTLE_ELOCKTIMEOUT);
+  assert_null(t);
+  assert_true(th_now_ns() >= nb); /* failed open, but not early */
+  kill(pid, SIGKILL);
+  th_reap_killed(fx, pid, HANG_GUARD_MS);
 }
 
 /* ---- fork and jitter ------------------------------------------------- */
@@ -692,6 +718,7 @@ int main(int argc, char **argv) {
       T(test_multiproc_creator_killed_before_truncate),
       T(test_multiproc_stuck_creator_times_out_then_recovers),
       T(test_multiproc_fork_reseeds_jitter),
+      T(test_multiproc_fail_open_honours_not_before),
       T(test_multiproc_other_pid_namespace_holder_kept),
       T(test_multiproc_hidden_proc_holder_kept),
   };

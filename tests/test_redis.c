@@ -334,6 +334,26 @@ static void test_redis_try_enter_obeys_settings_of_other_hosts(void **state) {
   throttle_close(b);
 }
 
+/* A requeued admission on Redis reports (publishing the back-off) and
+ * queues again; it is admitted once the back-off has passed. */
+static void test_redis_requeue_waits_out_its_backoff(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  uint64_t t0 = th_mono_ms();
+  assert_int_equal(
+      throttle_requeue(a, &t, THROTTLE_OUTCOME_LOCKED, 300, THROTTLE_FOREVER),
+      0);
+  assert_non_null(t);
+  assert_true(th_mono_ms() - t0 + 2 >= 300);
+  assert_int_equal(field(b, "k", THROTTLE_FIELD_LOCKED), 1);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(field(b, "k", THROTTLE_FIELD_IN_FLIGHT), 0);
+  throttle_close(b);
+}
+
 static int stop_after(void *arg) {
   _Atomic int *calls = arg;
   return atomic_fetch_add(calls, 1) >= 3;
@@ -558,6 +578,8 @@ int main(int argc, char **argv) {
           test_redis_try_enter_obeys_settings_of_other_hosts, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_interrupt_ends_wait_and_gives_place_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_requeue_waits_out_its_backoff,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_lapsed_report_frees_nothing,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_dead_holder_reclaimed, setup,

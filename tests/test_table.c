@@ -15,6 +15,7 @@
 #include "helpers.h"
 #include "internal.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +505,39 @@ static void test_table_repair_rebuilds_index(void **state) {
   assert_int_equal(used, 16);
 }
 
+static int enter_then_stop(void *arg) {
+  const char *key = ((void **)arg)[1];
+  struct th_fx *fx = ((void **)arg)[0];
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  throttle_ticket_t *t;
+  TH_CHILD_CHECK(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 5000, &t) == 0);
+  raise(SIGSTOP); /* killed stopped, still holding */
+  return 0;
+}
+
+/* A full table whose keys are held only by dead processes, and nobody
+ * waits on them: a new key reaps one of them and takes its record,
+ * instead of THROTTLE_EFULL for ever. */
+static void test_table_evicts_key_held_only_by_the_dead(void **state) {
+  struct th_fx *fx = *state;
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 2), 0);
+  throttle_t *h = th_open(fx);
+  const char *keys[2] = {"held-a", "held-b"};
+  for (int i = 0; i < 2; i++) {
+    void *arg[2] = {fx, (void *)keys[i]};
+    pid_t pid = th_spawn(fx, enter_then_stop, arg);
+    th_wait_stopped(fx, pid, 10000);
+    kill(pid, SIGKILL);
+    th_reap_killed(fx, pid, 10000);
+  }
+  uint64_t evictions = 0;
+  assert_int_equal(throttle_backoff(h, "new", TH_LONG_MS), 0);
+  assert_int_equal(throttle_stats(h, NULL, NULL, &evictions, NULL), 0);
+  assert_int_equal(evictions, 1);
+  assert_true(th_remaining(h, "new") > 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -521,6 +555,7 @@ int main(void) {
       T(test_table_colliding_keys_all_found),
       T(test_table_rebuild_after_many_evictions),
       T(test_table_repair_rebuilds_index),
+      T(test_table_evicts_key_held_only_by_the_dead),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,73 @@
+/*
+ * gate_info.c — what the gate shows of a key: the admission fields of a
+ * snapshot (in flight, cap, waiters, probe, settings, counters) and its
+ * holders, read under the mutex by throttle_info() and throttle_foreach()
+ * (backoff.c) and handed out with no lock held.
+ */
+#include "internal.h"
+
+void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
+                             throttle_info_t *out) {
+  int64_t *f = out->field;
+  f[THROTTLE_FIELD_IN_FLIGHT] = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
+  f[THROTTLE_FIELD_CAP] = throttle__cap_of(r);
+  f[THROTTLE_FIELD_CAP_AUTO] = r->fixed_cap == 0;
+  f[THROTTLE_FIELD_WAITING_LIVE] =
+      throttle__count_slots(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_LIVE);
+  f[THROTTLE_FIELD_WAITING_BACKFILL] =
+      throttle__count_slots(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_BACKFILL);
+  f[THROTTLE_FIELD_PROBE_OUT] = r->probe_ticket != 0;
+  f[THROTTLE_FIELD_LOCK_EPISODE] = (r->flags & THROTTLE__REC_EPISODE) != 0;
+  f[THROTTLE_FIELD_PAUSED] = (r->flags & THROTTLE__REC_PAUSED) != 0;
+  f[THROTTLE_FIELD_RATE_N] = r->rate_n;
+  f[THROTTLE_FIELD_RATE_PERIOD_MS] =
+      (int64_t)(r->rate_period_ns / THROTTLE__NS_PER_MS);
+  f[THROTTLE_FIELD_BACKFILL_SHARE_PERMILLE] = throttle__share_of(r);
+#define CLAMP64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
+  f[THROTTLE_FIELD_ADMITTED] = CLAMP64(r->admitted);
+  f[THROTTLE_FIELD_LOCKED] = CLAMP64(r->locked);
+  f[THROTTLE_FIELD_PROBES] = CLAMP64(r->probes);
+  f[THROTTLE_FIELD_RECLAIMS] = CLAMP64(r->reclaims);
+  f[THROTTLE_FIELD_CANCELED] = CLAMP64(r->canceled);
+  f[THROTTLE_FIELD_PERMANENT] = CLAMP64(r->permanent);
+#undef CLAMP64
+  out->nholders = 0;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    const struct throttle__slot *s = &r->slot[i];
+    if (s->state != THROTTLE__SLOT_HOLDING)
+      continue;
+    uint32_t k = out->nholders++;
+    out->holder[k].pid = s->pid;
+    out->holder[k].host[0] = 0; /* this host's */
+    out->holder[k].cls = s->cls;
+    out->holder[k].probe = r->probe_ticket != 0 && s->ticket == r->probe_ticket;
+    out->holder[k].age_ms =
+        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
+  }
+}
+
+THROTTLE_EXTERN const char *
+throttle_info_holder_host(const throttle_info_t *info, size_t i) {
+  if (info == NULL || i >= info->nholders)
+    return NULL;
+  return info->holder[i].host;
+}
+
+THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
+                                         size_t i, int64_t *pid,
+                                         int64_t *age_ms,
+                                         throttle_class_t *cls, int *probe) {
+  if (info == NULL)
+    return THROTTLE_EINVAL;
+  if (i >= info->nholders)
+    return THROTTLE_ENOKEY;
+  if (pid)
+    *pid = info->holder[i].pid;
+  if (age_ms)
+    *age_ms = (int64_t)info->holder[i].age_ms;
+  if (cls)
+    *cls = (throttle_class_t)info->holder[i].cls;
+  if (probe)
+    *probe = info->holder[i].probe;
+  return 0;
+}
