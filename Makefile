@@ -58,7 +58,7 @@ CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
 # that only need the core do not pull in libcurl.
 HTTP_SRC := $(sort $(wildcard libthrottle/http*.c))
 HTTP_HDR := include/throttle_curl.h libthrottle/http_internal.h
-LDLIBS_HTTP := -lcurl -ljansson
+LDLIBS_HTTP := -lcurl -ljansson -lz
 
 # The Redis backend: a module of its own (hiredis), dlopen()ed by the core
 # only when THROTTLE_BACKEND asks for it.  Its Lua scripts live in

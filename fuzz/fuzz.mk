@@ -28,7 +28,7 @@ FUZZ_CFLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=all -fno-omit-frame-pointer \
                 -DTHROTTLE_BUILDING -Iinclude -Ilibthrottle -std=c11 \
                 -D_GNU_SOURCE
-FUZZ_LDLIBS  := -lcurl -ljansson -lpthread -lrt
+FUZZ_LDLIBS  := -lcurl -ljansson -lz -lpthread -lrt
 FUZZ_LIB_OBJ := $(patsubst libthrottle/%.c,$(FUZZ_B)/obj/%.o,$(CORE_SRC) $(HTTP_SRC))
 FUZZ_BINS    := $(patsubst %,$(FUZZ_B)/fuzz_%,$(FUZZ_TARGETS))
 # Per target: -max_len (the segment images need room for a few records).

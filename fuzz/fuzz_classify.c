@@ -15,7 +15,8 @@
  *   - the outcome is one a classifier can give (never ABANDONED);
  *   - 2xx is OK, and its body is not read (code "");
  *   - 409 is never OK, and is LOCKED only when the code names a locked
- *     code of the policy (never with the empty set);
+ *     code of the policy (never with the empty set), FAILED only with a
+ *     non-empty set (a body that did not parse but names a locked code);
  *   - only 409 is LOCKED, 429 exactly RATE_LIMITED, 503 exactly
  *     UNAVAILABLE;
  *   - the code is NUL-terminated within its buffer, and a short buffer
@@ -97,7 +98,9 @@ static void check(const throttle_curl_policy_t *p, const char *const *set,
     CHECK(o != THROTTLE_OUTCOME_OK, "%ld: OK", status);
   }
   if (status == 409) {
-    CHECK(o == THROTTLE_OUTCOME_LOCKED || o == THROTTLE_OUTCOME_PERMANENT,
+    /* FAILED: a body that did not parse but names a locked code */
+    CHECK(o == THROTTLE_OUTCOME_LOCKED || o == THROTTLE_OUTCOME_PERMANENT ||
+              (o == THROTTLE_OUTCOME_FAILED && nset > 0),
           "409: outcome %d", (int)o);
     if (o == THROTTLE_OUTCOME_LOCKED)
       CHECK(nset > 0 && in_set(a.code, set, nset),

@@ -244,9 +244,10 @@ enum {
    * and mode are therefore not checked.  Implies THROTTLE_NO_CREATE.  The
    * reading calls (throttle_remaining, throttle_info, throttle_foreach,
    * throttle_stats) work on a private copy taken at each call.  The key
-   * settings calls (throttle_set_*, pause, resume, cancel) fail with
-   * THROTTLE_EREADONLY; publishing, waiting and admitting are not for
-   * such a handle (what they change stays in its private copy).  An
+   * settings calls (throttle_set_*, pause, resume, cancel), publishing,
+   * clearing and admitting (throttle_backoff, throttle_clear,
+   * throttle_reset, throttle_enter, throttle_try_enter) fail with
+   * THROTTLE_EREADONLY; throttle_wait only reads, so it works.  An
    * absent segment is THROTTLE_ESHM; one it may not read, THROTTLE_EOWNER. */
   THROTTLE_READONLY = 1u << 3,
 };

@@ -30,11 +30,23 @@
  * (throttle_curl_policy_set_locked_codes()).  The code is the string at
  * error.code of a JSON object body, e.g.
  *   {"error": {"code": "RESOURCE_LOCKED", "message": "..."}}.
- * Only the first 64 KiB (THROTTLE_CURL_BODY_MAX) of a body are read; a body
- * that is not a complete JSON document within them, is not JSON, or has
- * error / error.code of the wrong type has no code.  A 409 without a
- * readable locked code is permanent: retrying a conflict is the one thing
- * a client must not do, so an unrecognised 409 is never retried.
+ * Only the first 64 KiB (THROTTLE_CURL_BODY_MAX) of a body are read, after
+ * a UTF-8 byte order mark if there is one; a body that is not a complete
+ * JSON document within them, is not JSON, or has error / error.code of the
+ * wrong type has no code.  A 409 with a readable code that is not a locked
+ * one is permanent: retrying a conflict is the one thing a client must not
+ * do.  A 409 is never called permanent because its code could not be read,
+ * though:
+ *   - a body that fails to parse (cut short, or the parser ran out of
+ *     memory, which jansson often reports as a syntax error) but holds a
+ *     locked code as a JSON string is THROTTLE_OUTCOME_FAILED (transient,
+ *     local back-off), and so is any 409 whose parse reported
+ *     THROTTLE_ENOMEM and that names no Retry-After;
+ *   - throttle_curl_perform() takes a 409 without a readable code that
+ *     carries a Retry-After (text/plain, a coding it cannot decode, cut
+ *     short) as a lock, and inflates a gzip or deflate body that libcurl
+ *     did not decode (an application may ask for an encoding with its own
+ *     Accept-Encoding header, and libcurl then leaves the body encoded).
  *
  * Why the other choices:
  *   - 1xx: libcurl consumes interim answers (100 Continue) itself; a final
@@ -54,8 +66,9 @@
  *     server may already have acted on the first one.  Give non-idempotent
  *     requests an idempotency key.  A transfer that fails after its
  *     status arrived is re-sent only when the status alone is transient
- *     (429, 503, 408, 425, 5xx): never after a 2xx (the server did the
- *     work), nor after a 409 whose body was cut short.
+ *     (429, 503, 408, 425, 5xx) or a lock: never after a 2xx (the server
+ *     did the work).  What arrived of a cut answer counts: its status and
+ *     Retry-After are classified and published as for a whole answer.
  *   - The deadline bounds waiting and the decision to retry; a transfer that
  *     has started runs until the application's own CURLOPT_TIMEOUT(_MS).
  *   - Local back-off sleeps (transport errors, 408/5xx, and every back-off
@@ -63,7 +76,12 @@
  *     throttle_cancel(); only waiting for admission is.
  *   - A body is read for its code only within its first 64 KiB: a lock
  *     answer whose JSON document does not end within them reads as a 409
- *     without a code, i.e. permanent.  Real error bodies are far smaller.
+ *     without a readable code (see above).  Real error bodies are far
+ *     smaller.
+ *   - A streamed upload (CURLOPT_READFUNCTION) re-sent without
+ *     throttle_curl_policy_set_rewind() goes out empty; a 2xx answer to
+ *     such an empty retry ends the call THROTTLE_CURL_TRANSPORT with
+ *     CURLE_SEND_FAIL_REWIND rather than ok.
  */
 #ifndef THROTTLE_CURL_H
 #define THROTTLE_CURL_H
@@ -103,8 +121,12 @@ extern "C" {
  *     counts as one space, the weekday may be short or long in every form
  *     (it must be a day name but is not checked against the date), and a
  *     day of month may have one or two digits.  The zone must be "GMT"
- *     (asctime has none and is GMT).  The date must exist (no 30 Feb); the
- *     second may be 60.  A two-digit year is read as RFC 9110 says: the
+ *     (asctime has none and is GMT; "UTC", "UT", "Z", "+0000" and "-0000"
+ *     are read as GMT).  The date must exist (no 30 Feb); the
+ *     second may be 60.  The IMF-fixdate and RFC 850 shapes take a year
+ *     of two or four digits each ("Thu, 19-Apr-2007 16:00:00 GMT" is common
+ *     in the wild; three digits are refused).  A two-digit year is read as
+ *     RFC 9110 says: the
  *     latest year with those digits that is at most 50 years after now.
  *     Dates before 1970 are taken to be in the past.  The date is converted
  *     by curl_getdate(), which does not depend on the local time zone.
@@ -147,6 +169,8 @@ THROTTLE_EXTERN int throttle_curl_policy_set_retries(throttle_curl_policy_t *p,
  * (THROTTLE_FOREVER: no deadline, the default).  It bounds the wait for
  * admission and local back-off; a waiting call that would only be admitted
  * after the deadline gives up at once.
+ * Any ms is honoured without overflow: one too far to reach (up to
+ * UINT64_MAX - 1) is no deadline, and the request is still sent.
  * Errors: THROTTLE_EINVAL (p is NULL or ms is 0). */
 THROTTLE_EXTERN int throttle_curl_policy_set_deadline(throttle_curl_policy_t *p,
                                                       uint64_t ms);
@@ -216,7 +240,11 @@ THROTTLE_EXTERN int throttle_curl_policy_set_log(throttle_curl_policy_t *p,
                                                  throttle_curl_log_fn fn,
                                                  void *userdata);
 
-/* The same, as lines "throttle: ...\n" written to f (NULL: off).
+/* The same, as lines "throttle: ...\n" written to f (NULL: off).  Lines
+ * carry the key and the server's error.code; control bytes in them (C0,
+ * DEL, C1 raw or UTF-8-encoded) are written as \xHH, so that a server
+ * cannot drive a terminal.  A function set with
+ * throttle_curl_policy_set_log() gets the line as it is.
  * Errors: THROTTLE_EINVAL (p is NULL). */
 THROTTLE_EXTERN int throttle_curl_policy_set_log_file(throttle_curl_policy_t *p,
                                                       FILE *f);
@@ -258,7 +286,9 @@ typedef enum {
                                   transport error is in the result) */
   THROTTLE_CURL_TRANSPORT = 3, /* a transport error that re-sending does not
                                   mend (bad URL, certificate, the sink
-                                  refused data, a 2xx cut short, ...) */
+                                  refused data, a 2xx cut short, ...) or
+                                  did not mend within the budget or the
+                                  deadline (connection refused, ...) */
   THROTTLE_CURL_CANCELED = 4,  /* throttle_cancel() on the key */
   THROTTLE_CURL_ERROR = 5,     /* the throttle failed; see
                                   throttle_curl_result_error() */
@@ -286,10 +316,22 @@ typedef struct throttle_curl_result throttle_curl_result_t;
  *     until the retry budget or the deadline is spent.
  *
  * Retry-After is read from the last answer's header (a date relative to
- * the answer's Date header when there is one, else to time(NULL)); an
- * explicit "Retry-After: 0" is published as 1 ms (throttle_leave() reads
- * 0 as "use the default delay").  A transport error is reported to
- * throttle_leave() as THROTTLE_OUTCOME_FAILED.
+ * the answer's Date header when there is one, else to time(NULL)); sent
+ * more than once, or as a list ("12, 12"), its largest readable value
+ * counts, since publishing less than any value the server sent would be
+ * early.  An explicit "Retry-After: 0" means "now" and is published as
+ * 1 ms, the shortest back-off there is (throttle_leave() reads 0 as "use
+ * the default delay").  When throttle_leave() fails for a LOCKED,
+ * RATE_LIMITED or UNAVAILABLE answer (a lock timeout, a damaged segment)
+ * nothing was published, so the call sleeps the delay itself, and stops
+ * asking the segment as after the same errors of throttle_enter().
+ *
+ * A transport error (no answer: connection refused, reset, timed out) is
+ * reported to throttle_leave() as THROTTLE_OUTCOME_FAILED, never
+ * published, and re-sent after local back-off within the retry budget;
+ * when the budget or deadline is spent on it the call ends
+ * THROTTLE_CURL_TRANSPORT (not GAVE_UP: a server that never answered is
+ * no "later" to queue again for).
  *
  * Fail open.  When throttle_enter() fails because of the segment rather
  * than the key (THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT,

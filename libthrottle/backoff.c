@@ -157,6 +157,8 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "publish a back-off");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
@@ -348,6 +350,8 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "clear a back-off");
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
@@ -374,6 +378,8 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
 THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "reset the back-offs");
   THROTTLE__BE_TRY(h, throttle__be_clear(h, NULL));
   int rc = throttle__lock(h);
   if (rc != 0)

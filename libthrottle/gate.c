@@ -626,6 +626,8 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       (cls != THROTTLE_CLASS_LIVE && cls != THROTTLE_CLASS_BACKFILL))
     return THROTTLE_EINVAL;
   *out = NULL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "admit a request");
   size_t len;
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)

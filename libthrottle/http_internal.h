@@ -47,6 +47,10 @@ void throttle__free(void *p);
 #define throttle__free(p) free(p)
 #endif
 
+/* http_perform.c: the jitter's random source, per thread, seeded again
+ * in a process forked from the one that seeded it. */
+uint64_t throttle__http_random(void);
+
 /* http_policy.c: the policy used when the caller passes NULL. */
 const throttle_curl_policy_t *throttle__curl_policy_default(void);
 
@@ -56,6 +60,15 @@ const throttle_curl_policy_t *throttle__curl_policy_default(void);
  * seconds since the epoch in *t; now only resolves two-digit years.
  * Dates before 1970 give *t = 0.  Returns 0 or THROTTLE_EINVAL. */
 int throttle__http_date(const char *value, size_t len, time_t now, time_t *t);
+
+/* The largest delay, in ms, among the values of one Retry-After field
+ * that may be a list ("12, 12", or a date among numbers): every element
+ * throttle_parse_retry_after() reads is a value the server sent, and the
+ * largest is the one that is never early; unreadable elements are
+ * skipped.  Stores it in *ms when larger than *ms (start from 0, and
+ * pass the same *ms for each field line of a repeated header); returns
+ * how many elements were read. */
+int throttle__retry_after_max(const char *value, time_t now, uint64_t *ms);
 
 /* throttle_classify(), also returning the body's error.message (truncated,
  * NUL-terminated; "" when none) when msg is not NULL. */

@@ -84,7 +84,7 @@ static const char *const day_names[] = {
 static const char *const month_names[] = {"jan", "feb", "mar", "apr",
                                           "may", "jun", "jul", "aug",
                                           "sep", "oct", "nov", "dec"};
-static const char *const gmt_name[] = {"gmt"};
+
 
 /* "hh:mm:ss" */
 static int clock_time(struct cur *c, int *hh, int *mm, int *ss) {
@@ -116,27 +116,53 @@ static int full_year(int yy, time_t now) {
   return y > INT_MAX ? INT_MAX : y < INT_MIN ? INT_MIN : (int)y;
 }
 
+/* "GMT", and the spellings of the same zone no reader could take for
+ * another: "UTC", "UT", "Z", "+0000", "-0000". */
+static int zone_utc(struct cur *c) {
+  static const char *const names[] = {"gmt", "utc", "ut", "z"};
+  int idx;
+  if (c->p < c->end && (*c->p == '+' || *c->p == '-')) {
+    c->p++;
+    int off;
+    return number(c, 4, 4, &off) && off == 0;
+  }
+  return word(c, names, 4, &idx);
+}
+
+/* A year of two or four digits (a two-digit one read as RFC 9110 says);
+ * one or three digits could be read more than one way and are refused. */
+static int year_of(struct cur *c, time_t now, int *year) {
+  const char *s = c->p;
+  if (!number(c, 2, 4, year) || c->p - s == 3)
+    return 0;
+  if (c->p - s == 2)
+    *year = full_year(*year, now);
+  return 1;
+}
+
 int throttle__http_date(const char *value, size_t len, time_t now, time_t *t) {
   struct cur c = {value, value + len};
-  int wd, day, mon, year, hh, mm, ss, gmt;
+  int wd, day, mon, year, hh, mm, ss;
   if (!word(&c, day_names, 14, &wd))
     return THROTTLE_EINVAL;
   if (expect(&c, ',')) {
     /* IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT" or
-     * RFC 850 "Sunday, 06-Nov-94 08:49:37 GMT" */
+     * RFC 850 "Sunday, 06-Nov-94 08:49:37 GMT", each also with the other's
+     * year ("Thu, 19-Apr-2007 16:00:00 GMT", common in the wild, and
+     * RFC 1123's predecessor "Sun, 06 Nov 94 ..."): the year's digits
+     * say which it is, so neither can be misread. */
     if (!skip_ws(&c) || !number(&c, 1, 2, &day))
       return THROTTLE_EINVAL;
     if (expect(&c, '-')) {
       if (!word(&c, month_names, 12, &mon) || !expect(&c, '-') ||
-          !number(&c, 2, 2, &year))
+          !year_of(&c, now, &year))
         return THROTTLE_EINVAL;
-      year = full_year(year, now);
     } else if (!skip_ws(&c) || !word(&c, month_names, 12, &mon) ||
-               !skip_ws(&c) || !number(&c, 4, 4, &year)) {
+               !skip_ws(&c) || !year_of(&c, now, &year)) {
       return THROTTLE_EINVAL;
     }
     if (!skip_ws(&c) || !clock_time(&c, &hh, &mm, &ss) || !skip_ws(&c) ||
-        !word(&c, gmt_name, 1, &gmt))
+        !zone_utc(&c))
       return THROTTLE_EINVAL;
   } else {
     /* asctime "Sun Nov  6 08:49:37 1994" */
@@ -207,6 +233,52 @@ THROTTLE_EXTERN int throttle_parse_retry_after(const char *value, time_t now,
   return 0;
 }
 
+/* One element of a Retry-After list, [s, e): the element alone, or, when
+ * it is only a weekday name, with the next element too (the comma of an
+ * IMF-fixdate or RFC 850 date).  Returns the end of what was used, and
+ * whether it was a value in *ok. */
+static const char *list_element(const char *s, const char *e, time_t now,
+                                uint64_t *ms, int *ok) {
+  const char *comma = memchr(s, ',', (size_t)(e - s));
+  const char *end = comma != NULL ? comma : e;
+  char one[128];
+  *ok = 0;
+  for (int join = 0; join < 2; join++) {
+    size_t n = (size_t)(end - s);
+    if (n < sizeof one) {
+      memcpy(one, s, n);
+      one[n] = 0;
+      if (throttle_parse_retry_after(one, now, ms) == 0) {
+        *ok = 1;
+        return end;
+      }
+    }
+    /* "Sun" then " 06 Nov 1994 08:49:37 GMT": try them as one date. */
+    if (end == e)
+      break;
+    const char *next = memchr(end + 1, ',', (size_t)(e - end - 1));
+    end = next != NULL ? next : e;
+  }
+  return comma != NULL ? comma : e;
+}
+
+int throttle__retry_after_max(const char *value, time_t now, uint64_t *ms) {
+  int n = 0;
+  const char *s = value, *e = value + strlen(value);
+  while (s < e) {
+    int ok;
+    uint64_t v;
+    const char *end = list_element(s, e, now, &v, &ok);
+    if (ok) {
+      n++;
+      if (v > *ms)
+        *ms = v;
+    }
+    s = end < e ? end + 1 : e;
+  }
+  return n;
+}
+
 /* ---- error bodies ------------------------------------------------------- */
 
 static void copy_out(char *dst, size_t cap, const char *src, size_t len) {
@@ -229,8 +301,9 @@ static int is_locked_code(const throttle_curl_policy_t *p, const char *code,
 /* Read error.code (and error.message) from the first THROTTLE_CURL_BODY_MAX
  * bytes of body.  Sets *code / *code_len to point into *doc (which the
  * caller frees) or leaves them NULL / 0.  Returns THROTTLE_ENOMEM when the
- * parser ran out of memory, else 0 (a body without a code is not an
- * error). */
+ * parser said it ran out of memory, THROTTLE_EINVAL when it failed
+ * otherwise (a syntax error, or memory it reported as one), else 0 (a
+ * body without a code is not an error). */
 static int read_error(const char *body, size_t len, json_t **doc,
                       const char **code, size_t *code_len, const char **msg,
                       size_t *msg_len) {
@@ -241,6 +314,12 @@ static int read_error(const char *body, size_t len, json_t **doc,
     return 0;
   if (len > THROTTLE_CURL_BODY_MAX)
     len = THROTTLE_CURL_BODY_MAX;
+  /* A UTF-8 byte order mark is not JSON (RFC 8259 §8.1 lets a parser
+   * ignore it) but some servers send one: skip it. */
+  if (len >= 3 && memcmp(body, "\xef\xbb\xbf", 3) == 0) {
+    body += 3;
+    len -= 3;
+  }
   /* Cheap refusal of what cannot be an object, before the parser runs. */
   size_t i = 0;
   while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' ||
@@ -255,7 +334,7 @@ static int read_error(const char *body, size_t len, json_t **doc,
   if (root == NULL)
     return json_error_code(&jerr) == json_error_out_of_memory
                ? THROTTLE_ENOMEM
-               : 0;
+               : THROTTLE_EINVAL;
   *doc = root;
   json_t *err = json_object_get(root, "error");
   if (!json_is_object(err))
@@ -271,6 +350,49 @@ static int read_error(const char *body, size_t len, json_t **doc,
     *msg_len = json_string_length(m);
   }
   return 0;
+}
+
+/* A parser that runs out of memory may say "syntax error" (jansson 2.14
+ * does, for most of its allocations) or even return a string with a byte
+ * dropped, so a failed or damaged read cannot be told from a body without
+ * a locked code by the parser's word.  These two checks read the raw bytes
+ * instead, allocating nothing. */
+
+/* The first THROTTLE_CURL_BODY_MAX bytes of body hold "str" (n bytes
+ * between double quotes), byte for byte. */
+static int has_quoted(const char *body, size_t len, const char *str, size_t n) {
+  if (len > THROTTLE_CURL_BODY_MAX)
+    len = THROTTLE_CURL_BODY_MAX;
+  for (size_t at = 0; at + n + 2 <= len; at++) {
+    const char *q = memchr(body + at, '"', len - at - n - 1);
+    if (q == NULL)
+      return 0;
+    at = (size_t)(q - body);
+    if (memcmp(q + 1, str, n) == 0 && q[n + 1] == '"')
+      return 1;
+  }
+  return 0;
+}
+
+/* The body names one of the locked codes as a JSON string. */
+static int names_locked_code(const throttle_curl_policy_t *p, const char *body,
+                             size_t len) {
+  for (size_t i = 0; i < p->nlocked; i++)
+    if (has_quoted(body, len, p->locked[i], strlen(p->locked[i])))
+      return 1;
+  return 0;
+}
+
+/* The code read appears in the body as a whole JSON string, so no byte of
+ * it was lost.  A code with a byte JSON would escape cannot be checked
+ * this way and is taken as read. */
+static int read_whole(const char *body, size_t len, const char *code,
+                      size_t clen) {
+  for (size_t i = 0; i < clen; i++)
+    if ((unsigned char)code[i] < 0x20 || code[i] == '"' || code[i] == '\\' ||
+        (unsigned char)code[i] >= 0x80)
+      return 1;
+  return has_quoted(body, len, code, clen);
 }
 
 /* ---- classification ----------------------------------------------------- */
@@ -317,11 +439,17 @@ int throttle__classify(const throttle_curl_policy_t *policy, long status,
     json_t *doc;
     const char *c, *m;
     size_t clen, mlen;
-    rc = read_error(body, len, &doc, &c, &clen, &m, &mlen);
-    if (status == 409)
-      o = c != NULL && is_locked_code(policy, c, clen)
-              ? THROTTLE_OUTCOME_LOCKED
-              : THROTTLE_OUTCOME_PERMANENT;
+    int rrc = read_error(body, len, &doc, &c, &clen, &m, &mlen);
+    rc = rrc == THROTTLE_ENOMEM ? rrc : 0;
+    if (status == 409) {
+      if (c != NULL && is_locked_code(policy, c, clen))
+        o = THROTTLE_OUTCOME_LOCKED;
+      else if ((rrc != 0 || (c != NULL && !read_whole(body, len, c, clen))) &&
+               names_locked_code(policy, body, len))
+        o = THROTTLE_OUTCOME_FAILED;
+      else
+        o = THROTTLE_OUTCOME_PERMANENT;
+    }
     if (c != NULL)
       copy_out(code, code_len, c, clen);
     if (m != NULL)

@@ -18,6 +18,7 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #if !CURL_AT_LEAST_VERSION(7, 84, 0)
 #error "libthrottle-curl needs libcurl 7.84 or later (curl_easy_header)"
@@ -27,6 +28,10 @@
  * published (408, 5xx) is honoured up to this much: the core's default
  * maximum delay.  Published delays are clamped by the core itself. */
 #define MAX_LOCAL_WAIT_MS UINT64_C(900000)
+
+/* What libcurl counts for an empty upload: nothing, or the last chunk of
+ * a chunked one. */
+#define EMPTY_UPLOAD 5
 
 struct throttle_curl_result {
   throttle_curl_status_t status;
@@ -63,9 +68,17 @@ static void sleep_ms(uint64_t ms) {
   }
 }
 
-/* Per thread, like the core's (rng.h). */
-static uint64_t random64(void) {
+/* Per thread, like the core's (rng.h), and per process: fork() copies the
+ * state, and forked loaders that drew the same jitter would wake together,
+ * so a state seeded by another process is seeded again. */
+uint64_t throttle__http_random(void) {
   static __thread uint64_t s;
+  static __thread pid_t owner;
+  pid_t self = getpid();
+  if (owner != self) {
+    s = 0;
+    owner = self;
+  }
   return throttle__rng_next(&s);
 }
 
@@ -76,7 +89,7 @@ static uint64_t full_jitter(const throttle_curl_policy_t *p, unsigned k) {
     top = top > UINT64_MAX / 2 ? UINT64_MAX : top * 2;
   if (top > p->backoff_cap_ms)
     top = p->backoff_cap_ms;
-  return random64() % (top + 1);
+  return throttle__http_random() % (top + 1);
 }
 
 /* ---- logging -------------------------------------------------------------- */
@@ -160,6 +173,52 @@ static size_t tee_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
 
 /* ---- reading the answer's headers ---------------------------------------- */
 
+/* "gzip" and "deflate" bodies of answers the classifier must read.  libcurl
+ * decodes a body only when CURLOPT_ACCEPT_ENCODING is set, which cannot be
+ * read back, while an application may ask for an encoding with its own
+ * Accept-Encoding header; a compressed lock answer would then read as a
+ * 409 without a code.  So the kept prefix of a non-2xx body is inflated
+ * here when it is still compressed (its magic bytes say so: libcurl may
+ * have decoded it already).  A body cut by THROTTLE_CURL_BODY_MAX inflates
+ * as far as it goes.  Other codings (br, zstd) stay as they are: their
+ * code reads as unreadable. */
+static void inflate_body(CURL *easy, struct tee *t) {
+  struct curl_header *h;
+  if (t->buf == NULL || t->len < 2 ||
+      curl_easy_header(easy, "Content-Encoding", 0, CURLH_HEADER, -1, &h) !=
+          CURLHE_OK)
+    return;
+  const unsigned char *b = (const unsigned char *)t->buf;
+  int gzip = b[0] == 0x1f && b[1] == 0x8b;
+  int zlib = (b[0] & 0x0f) == 8 && ((b[0] << 8) | b[1]) % 31 == 0;
+  if ((!gzip && !zlib) || (strcasestr(h->value, "gzip") == NULL &&
+                           strcasestr(h->value, "deflate") == NULL))
+    return;
+  char *out = throttle__malloc(THROTTLE_CURL_BODY_MAX + 1);
+  if (out == NULL)
+    return;
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit2(&z, 32 + MAX_WBITS) != Z_OK) { /* 32: gzip or zlib */
+    throttle__free(out);
+    return;
+  }
+  z.next_in = (unsigned char *)t->buf;
+  z.avail_in = (uInt)t->len;
+  z.next_out = (unsigned char *)out;
+  z.avail_out = THROTTLE_CURL_BODY_MAX;
+  int zrc = inflate(&z, Z_SYNC_FLUSH);
+  size_t n = THROTTLE_CURL_BODY_MAX - z.avail_out;
+  inflateEnd(&z);
+  if (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR) {
+    throttle__free(out);
+    return;
+  }
+  throttle__free(t->buf);
+  t->buf = out;
+  t->len = n;
+}
+
 static int header_value(CURL *easy, const char *name, const char **value) {
   struct curl_header *h;
   if (curl_easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
@@ -172,10 +231,14 @@ static int header_value(CURL *easy, const char *name, const char **value) {
 
 /* The answer's Retry-After in ms into *ms; 0 when there is none usable.
  * Dates are read against the answer's Date, so that a skewed local clock
- * does not shorten or stretch them. */
+ * does not shorten or stretch them.  A Retry-After sent more than once, or
+ * as a list, counts with its largest readable value: publishing less than
+ * any value the server sent would be early (I1). */
 static int retry_after(CURL *easy, uint64_t *ms) {
-  const char *ra, *date;
-  if (header_value(easy, "Retry-After", &ra) != 1)
+  const char *date;
+  struct curl_header *h;
+  if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &h) !=
+      CURLHE_OK)
     return 0;
   time_t now = time(NULL), server;
   if (header_value(easy, "Date", &date) == 1) {
@@ -188,7 +251,14 @@ static int retry_after(CURL *easy, uint64_t *ms) {
         server > 0)
       now = server;
   }
-  return throttle_parse_retry_after(ra, now, ms) == 0;
+  size_t amount = h->amount;
+  int found = 0;
+  *ms = 0;
+  for (size_t i = 0; i < amount; i++)
+    if (curl_easy_header(easy, "Retry-After", i, CURLH_HEADER, -1, &h) ==
+        CURLHE_OK)
+      found += throttle__retry_after_max(h->value, now, ms);
+  return found > 0;
 }
 
 /* Transport errors worth sending again: the network or the server's end of
@@ -259,23 +329,41 @@ static void finish(throttle_curl_result_t *r, throttle_curl_status_t st,
 
 enum step { STEP_DONE, STEP_AGAIN };
 
+/* What one throttle_curl_perform() call carries from attempt to attempt. */
+struct call {
+  throttle_t *h;
+  CURL *easy;
+  const throttle_curl_policy_t *p;
+  struct tee *t;
+  throttle_curl_result_t *r;
+  uint64_t start, deadline; /* mono_ms(); deadline UINT64_MAX: none */
+  unsigned local;           /* consecutive failures backing off locally */
+  int skip_segment;         /* the segment is not asked again this call */
+  curl_off_t uploaded;      /* most bytes an attempt uploaded */
+};
+
 /* What to do after a transient attempt: give up at the budget or when the
- * local wait would end past the deadline; otherwise wait and go again. */
-static enum step next_or_give_up(const throttle_curl_policy_t *p,
-                                 throttle_curl_result_t *r, uint64_t start,
-                                 uint64_t deadline, uint64_t wait_ms) {
+ * local wait would end past the deadline; otherwise wait and go again.
+ * give_up is how the call ends then: GAVE_UP after an answer, TRANSPORT
+ * after a transport error (a server that never answered is no "later"
+ * that a caller should queue again for). */
+static enum step next_or_give_up(struct call *c, uint64_t wait_ms,
+                                 throttle_curl_status_t give_up) {
+  const throttle_curl_policy_t *p = c->p;
+  throttle_curl_result_t *r = c->r;
   if (r->attempts > p->retries) {
     say(p, "giving up: %u attempts, retry budget %u spent", r->attempts,
         p->retries);
-    finish(r, THROTTLE_CURL_GAVE_UP, start);
+    finish(r, give_up, c->start);
     return STEP_DONE;
   }
   if (wait_ms > 0) {
     uint64_t now = mono_ms();
-    if (deadline != UINT64_MAX && (now >= deadline || deadline - now < wait_ms)) {
+    if (c->deadline != UINT64_MAX &&
+        (now >= c->deadline || c->deadline - now < wait_ms)) {
       say(p, "giving up: a %llu ms back-off would pass the deadline",
           (unsigned long long)wait_ms);
-      finish(r, THROTTLE_CURL_GAVE_UP, start);
+      finish(r, give_up, c->start);
       return STEP_DONE;
     }
     say(p, "backing off locally for %llu ms", (unsigned long long)wait_ms);
@@ -284,54 +372,91 @@ static enum step next_or_give_up(const throttle_curl_policy_t *p,
   return STEP_AGAIN;
 }
 
+static uint64_t local_cap(uint64_t ms) {
+  return ms < MAX_LOCAL_WAIT_MS ? ms : MAX_LOCAL_WAIT_MS;
+}
+
+/* A transfer that failed before any status arrived (or after a 2xx, or
+ * one libcurl cannot mend): reported FAILED, retried with local back-off
+ * when re-sending may mend it. */
+static enum step transport_error(struct call *c, throttle_ticket_t *ticket,
+                                 unsigned n, CURLcode cc, long status) {
+  const throttle_curl_policy_t *p = c->p;
+  int again = transient_curl(cc) && !(status >= 200 && status <= 299);
+  c->r->outcome = THROTTLE_OUTCOME_FAILED;
+  report(c->h, ticket, THROTTLE_OUTCOME_FAILED, 0);
+  c->t->len = 0;
+  say(p, "attempt %u: transport error %d: %s (HTTP status %ld)%s", n, (int)cc,
+      curl_easy_strerror(cc), status, again ? "" : ", not retried");
+  if (!again) {
+    finish(c->r, THROTTLE_CURL_TRANSPORT, c->start);
+    return STEP_DONE;
+  }
+  return next_or_give_up(c, full_jitter(p, c->local++),
+                         THROTTLE_CURL_TRANSPORT);
+}
+
 /* One attempt: send, classify, leave.  ticket is NULL for an attempt sent
  * without admission (fail open): its back-off is then slept here instead
- * of published.  *local is the count of consecutive failures that back
- * off locally. */
-static enum step attempt(throttle_t *h, CURL *easy,
-                         const throttle_curl_policy_t *p,
-                         throttle_ticket_t *ticket, struct tee *t,
-                         throttle_curl_result_t *r, unsigned *local,
-                         uint64_t start, uint64_t deadline) {
+ * of published. */
+static enum step attempt(struct call *c, throttle_ticket_t *ticket) {
+  const throttle_curl_policy_t *p = c->p;
+  throttle_curl_result_t *r = c->r;
+  struct tee *t = c->t;
   unsigned n = ++r->attempts;
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, tee_write);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, t);
-  CURLcode cc = curl_easy_perform(easy);
+  curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, tee_write);
+  curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, t);
+  CURLcode cc = curl_easy_perform(c->easy);
   long status = 0;
-  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+  curl_off_t up = 0;
+  curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_getinfo(c->easy, CURLINFO_SIZE_UPLOAD_T, &up);
   r->curl_code = cc;
   r->http_status = status;
+  /* A streamed upload sent again without a rewind goes out empty, and the
+   * server may well accept the empty request: that must not read as ok.
+   * libcurl counts what it wrote, chunked framing included, so "empty" is
+   * at most the 5 bytes of an empty chunked body ("0\r\n\r\n").  Only a
+   * 2xx answer to it is refused below: a server may answer an error before
+   * reading a body, and that answer is classified as any other. */
+  int empty_retry = n > 1 && c->uploaded > EMPTY_UPLOAD && up <= EMPTY_UPLOAD;
+  if (up > c->uploaded)
+    c->uploaded = up;
 
-  /* CURLE_HTTP_RETURNED_ERROR (CURLOPT_FAILONERROR, turned off above, set
-   * again by a callback) is still an answer, only without its body. */
-  if (cc != CURLE_OK && !(cc == CURLE_HTTP_RETURNED_ERROR && status >= 100)) {
-    /* A status that arrived before the failure decides whether the
-     * request may have been done: a 2xx or a permanent status is final. */
-    throttle_outcome_t by_status = THROTTLE_OUTCOME_FAILED;
-    if (status >= 100 && status <= 999)
-      throttle__classify(p, status, NULL, 0, &by_status, NULL, 0, NULL, 0);
-    int again = transient_curl(cc) && by_status != THROTTLE_OUTCOME_OK &&
-                by_status != THROTTLE_OUTCOME_PERMANENT;
-    r->outcome = THROTTLE_OUTCOME_FAILED;
-    report(h, ticket, THROTTLE_OUTCOME_FAILED, 0);
-    t->len = 0;
-    say(p, "attempt %u: transport error %d: %s (HTTP status %ld)%s", n,
-        (int)cc, curl_easy_strerror(cc), status,
-        again ? "" : ", not retried");
-    if (!again) {
-      finish(r, THROTTLE_CURL_TRANSPORT, start);
-      return STEP_DONE;
-    }
-    return next_or_give_up(p, r, start, deadline, full_jitter(p, (*local)++));
-  }
+  /* A transfer that failed after its status and headers arrived is still
+   * an answer, for what arrived of it: a 429 with Retry-After: 10 whose
+   * body was cut short asked for 10 s all the same (I1, I3).  Only a 2xx
+   * cut short is a transport error (the work may be done, its result is
+   * not whole), and one without a status never was an answer.
+   * CURLE_HTTP_RETURNED_ERROR (CURLOPT_FAILONERROR, turned off above, set
+   * again by a callback) is such an answer too, only without its body. */
+  if (cc != CURLE_OK && (status < 100 || status > 999 ||
+                         (status >= 200 && status <= 299)))
+    return transport_error(c, ticket, n, cc, status);
+  if (cc != CURLE_OK)
+    say(p, "attempt %u: transport error %d after HTTP %ld: %s; classifying "
+           "what arrived", n, (int)cc, status, curl_easy_strerror(cc));
 
+  inflate_body(c->easy, t);
   throttle_outcome_t o;
-  throttle__classify(p, status, t->buf, t->buf != NULL ? t->len : 0, &o,
-                     r->code, sizeof r->code, r->message, sizeof r->message);
-  r->curl_code = CURLE_OK;
-  r->outcome = o;
+  int crc = throttle__classify(p, status, t->buf, t->buf != NULL ? t->len : 0,
+                               &o, r->code, sizeof r->code, r->message,
+                               sizeof r->message);
   uint64_t ra = 0;
-  int have_ra = retry_after(easy, &ra);
+  int have_ra = retry_after(c->easy, &ra);
+  if (status == 409 &&
+      ((o == THROTTLE_OUTCOME_PERMANENT &&
+        (crc == THROTTLE_ENOMEM || (r->code[0] == 0 && have_ra))) ||
+       (o == THROTTLE_OUTCOME_FAILED && have_ra))) {
+    /* No code could be read (compressed in a coding not decoded here, not
+     * JSON, cut short, out of memory) but the server said when to come
+     * back: that is no final conflict, and what it said is published. */
+    o = crc == THROTTLE_ENOMEM && !have_ra ? THROTTLE_OUTCOME_FAILED
+                                           : THROTTLE_OUTCOME_LOCKED;
+    say(p, "attempt %u: HTTP 409 without a readable code but with "
+           "Retry-After: taken as a lock", n);
+  }
+  r->outcome = o;
   uint64_t publish = 0;
   if (o == THROTTLE_OUTCOME_LOCKED || o == THROTTLE_OUTCOME_RATE_LIMITED ||
       o == THROTTLE_OUTCOME_UNAVAILABLE) {
@@ -344,48 +469,63 @@ static enum step attempt(throttle_t *h, CURL *easy,
   } else if (o == THROTTLE_OUTCOME_FAILED && have_ra) {
     r->retry_after_ms = ra;
   }
-  int lrc = report(h, ticket, o, publish);
-  if (o == THROTTLE_OUTCOME_OK) {
+  int lrc = report(c->h, ticket, o, publish);
+  if (o == THROTTLE_OUTCOME_OK)
     r->code[0] = r->message[0] = 0;
-    take_body(r, t); /* empty: a 2xx body went to the sink */
-  } else {
-    take_body(r, t);
-  }
+  take_body(r, t); /* empty for a 2xx: its body went to the sink */
+  /* Published only when there was a slot to report to and the report
+   * worked; otherwise this process alone honours it, below. */
+  int published = ticket != NULL && lrc == 0;
   if (publish)
     say(p, "attempt %u: HTTP %ld%s%s -> %s; %s not-before +%llu ms (%s)", n,
         status, r->code[0] ? " " : "", r->code, outcome_name(o),
-        ticket != NULL ? "published" : "unadmitted, so only this process's",
+        published ? "published" : "not published, so only this process's",
         (unsigned long long)publish,
         have_ra ? "Retry-After" : "no usable Retry-After: default");
   else
     say(p, "attempt %u: HTTP %ld%s%s -> %s", n, status,
         r->code[0] ? " " : "", r->code, outcome_name(o));
-  if (lrc != 0)
+  if (lrc != 0) {
     say(p, "attempt %u: reporting the outcome failed: %s: %s", n,
-        throttle_strerror(lrc), throttle_errmsg(h));
+        throttle_strerror(lrc), throttle_errmsg(c->h));
+    /* As when admission fails so (fail open): each further try would
+     * cost the lock timeout, and the slot the failed report could not
+     * free stays held until its lease lapses, so waiting for admission
+     * again could wait for that. */
+    if (lrc == THROTTLE_ELOCKTIMEOUT || lrc == THROTTLE_ECORRUPT) {
+      c->skip_segment = 1;
+      r->error = lrc;
+    }
+  }
 
   switch (o) {
   case THROTTLE_OUTCOME_OK:
-    finish(r, THROTTLE_CURL_OK, start);
+    if (empty_retry) {
+      say(p, "attempt %u: the upload sent 0 bytes where an earlier attempt "
+             "sent %lld: it was not rewound (throttle_curl_policy_set_rewind)",
+          n, (long long)c->uploaded);
+      r->curl_code = CURLE_SEND_FAIL_REWIND;
+      finish(r, THROTTLE_CURL_TRANSPORT, c->start);
+      return STEP_DONE;
+    }
+    finish(r, THROTTLE_CURL_OK, c->start);
     return STEP_DONE;
   case THROTTLE_OUTCOME_PERMANENT:
-    finish(r, THROTTLE_CURL_PERMANENT, start);
+    finish(r, THROTTLE_CURL_PERMANENT, c->start);
     return STEP_DONE;
   case THROTTLE_OUTCOME_FAILED: {
-    uint64_t wait = have_ra ? (ra < MAX_LOCAL_WAIT_MS ? ra : MAX_LOCAL_WAIT_MS)
-                            : full_jitter(p, *local);
-    (*local)++;
-    return next_or_give_up(p, r, start, deadline, wait);
+    uint64_t wait = have_ra ? local_cap(ra) : full_jitter(p, c->local);
+    c->local++;
+    return next_or_give_up(c, wait, THROTTLE_CURL_GAVE_UP);
   }
   default:
-    /* Published: the next throttle_enter() waits for the not-before.  Sent
-     * without admission there is nobody to publish to that would make
-     * this process wait, so it waits here, as long as the server said. */
-    *local = 0;
-    return next_or_give_up(p, r, start, deadline,
-                           ticket != NULL ? 0
-                           : publish < MAX_LOCAL_WAIT_MS ? publish
-                                                         : MAX_LOCAL_WAIT_MS);
+    /* Published: the next throttle_enter() waits for the not-before.  Not
+     * published (sent without admission, or the report failed: a lock
+     * timeout, a damaged segment) nobody would make this process wait, so
+     * it waits here, as long as the server said. */
+    c->local = 0;
+    return next_or_give_up(c, published ? 0 : local_cap(publish),
+                           THROTTLE_CURL_GAVE_UP);
   }
 }
 
@@ -404,20 +544,22 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
     return THROTTLE_ENOMEM;
   r->shared = throttle_is_shared(h);
   uint64_t start = mono_ms();
-  uint64_t deadline = p->deadline_ms == THROTTLE_FOREVER
+  /* Saturating: a deadline too far to reach is no deadline, never one in
+   * the past (which would give up before the first attempt). */
+  uint64_t deadline = p->deadline_ms >= UINT64_MAX - start
                           ? UINT64_MAX
                           : start + p->deadline_ms;
   struct tee t = {.easy = easy, .p = p};
+  struct call c = {.h = h, .easy = easy, .p = p, .t = &t, .r = r,
+                   .start = start, .deadline = deadline};
   /* Every answer is classified from its status and body, so libcurl must
    * not turn a 409 into an error and drop the body. */
   curl_easy_setopt(easy, CURLOPT_FAILONERROR, 0L);
-  unsigned local = 0;
   int rc = 0;
   /* A segment that timed out its mutex or is corrupt is not asked again
    * during this call: each throttle_enter() would cost the lock timeout
    * and fail the same way.  A full table is asked again at each attempt,
    * since idle keys become evictable as their back-offs pass. */
-  int skip_segment = 0;
   if (!r->shared)
     say(p, "no shared segment: back-off holds within this process only (%s)",
         throttle_errmsg(h));
@@ -428,7 +570,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
       timeout = deadline > now ? deadline - now : 0;
     throttle_ticket_t *ticket = NULL;
     int erc = timeout == 0  ? THROTTLE_ETIMEDOUT
-              : skip_segment ? r->error
+              : c.skip_segment ? r->error
                              : throttle_enter(h, key, p->cls, timeout, &ticket);
     if (erc == THROTTLE_ETIMEDOUT) {
       uint64_t left = 0;
@@ -454,7 +596,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
     }
     if (erc != 0) {
       /* Fail open (I7): the throttle must never become the outage. */
-      if (!skip_segment)
+      if (!c.skip_segment)
         say(p, "attempt %u: admission failed: %s: %s; sending without "
                "admission, back-off held within this process",
             r->attempts + 1, throttle_err_name(erc), throttle_errmsg(h));
@@ -463,7 +605,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
             throttle_err_name(erc));
       r->error = erc;
       r->unadmitted++;
-      skip_segment =
+      c.skip_segment =
           erc == THROTTLE_ELOCKTIMEOUT || erc == THROTTLE_ECORRUPT;
     } else {
       say(p, "attempt %u: %s admitted after %llu ms%s", r->attempts + 1, key,
@@ -478,8 +620,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
       finish(r, THROTTLE_CURL_TRANSPORT, start);
       break;
     }
-    if (attempt(h, easy, p, ticket, &t, r, &local, start, deadline) ==
-        STEP_DONE)
+    if (attempt(&c, ticket) == STEP_DONE)
       break;
   }
 

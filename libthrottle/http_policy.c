@@ -4,6 +4,7 @@
  */
 #include "http_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,9 +161,34 @@ THROTTLE_EXTERN int throttle_curl_policy_set_log(throttle_curl_policy_t *p,
 }
 
 /* One fprintf per line, so lines of concurrent threads do not interleave
- * within a line (stdio locks the stream for the call). */
+ * within a line (stdio locks the stream for the call).  A line carries a
+ * server's error.code and the key, and the file is often a terminal:
+ * control bytes (C0, DEL, C1 raw or as U+0080-U+009F) are written as
+ * \xHH so that no server can drive it.  A long line is cut. */
 static void log_to_file(void *userdata, const char *line) {
-  fprintf((FILE *)userdata, "throttle: %s\n", line);
+  char out[1024];
+  size_t n = 0;
+  unsigned cont = 0; /* continuation bytes still due in a sequence */
+  for (const unsigned char *p = (const unsigned char *)line;
+       *p != 0 && n + 9 < sizeof out; p++) {
+    unsigned c = *p;
+    if (c == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* UTF-8-encoded C1 */
+      c = *++p;
+      cont = 0;
+    } else if (cont > 0 && (c & 0xc0) == 0x80) {
+      cont--;
+      out[n++] = (char)c;
+      continue;
+    } else {
+      cont = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+    }
+    if (c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f))
+      n += (size_t)snprintf(out + n, sizeof out - n, "\\x%02x", c);
+    else
+      out[n++] = (char)c;
+  }
+  out[n] = 0;
+  fprintf((FILE *)userdata, "throttle: %s\n", out);
 }
 
 THROTTLE_EXTERN int throttle_curl_policy_set_log_file(throttle_curl_policy_t *p,

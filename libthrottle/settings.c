@@ -131,6 +131,8 @@ THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,
                                                    uint64_t ms) {
   if (h == NULL)
     return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "change the segment's maximum delay");
   if (ms == 0 || ms > THROTTLE__MAX_MAX_DELAY_MS)
     return throttle__fail(h, THROTTLE_EINVAL,
                           "maximum delay %llu ms: must be 1 ms to 7 days",

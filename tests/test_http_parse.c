@@ -14,6 +14,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "http_internal.h"
 #include "throttle_curl.h"
 
 /* 784111777 = Sun, 06 Nov 1994 08:49:37 GMT, the RFC's example. */
@@ -178,15 +179,11 @@ static void test_retry_after_rejects_bad_dates(void **state) {
       {"Sun, 06 Nov 1994", 0, EINV, 0},              /* no time */
       {"Sun, 06 Nov 1994 08:49:37", 0, EINV, 0},     /* no zone */
       {"Sun, 06 Nov 1994 08:49:37 PST", 0, EINV, 0}, /* not GMT */
-      {"Sun, 06 Nov 1994 08:49:37 UTC", 0, EINV, 0},
-      {"Sun, 06 Nov 1994 08:49:37 +0000", 0, EINV, 0},
       {"Sun, 06 Nov 1994 08:49:37 GMT junk", 0, EINV, 0},
       {"Sun, 06 Nov 1994 08:49:37 GMT,", 0, EINV, 0},
       {"06 Nov 1994 08:49:37 GMT", 0, EINV, 0}, /* no weekday */
       {"Nov 1994 08:49:37", 0, EINV, 0},
       {"1994-11-06T08:49:37Z", 0, EINV, 0},
-      {"Sun, 06 Nov 94 08:49:37 GMT", 0, EINV, 0},     /* 2-digit IMF year */
-      {"Sunday, 06-Nov-1994 08:49:37 GMT", 0, EINV, 0}, /* 4-digit 850 */
       {"Sun Nov  6 08:49:37 94", 0, EINV, 0},
       {"Sun Nov  6 08:49:37 1994 GMT", 0, EINV, 0},
       {"Xyz, 06 Nov 1994 08:49:37 GMT", 0, EINV, 0},
@@ -206,8 +203,68 @@ static void test_retry_after_rejects_bad_dates(void **state) {
       {"Sun 06 Nov 1994 08:49:37 GMT", 0, EINV, 0},
       {"Sun", 0, EINV, 0},
       {"Sun,", 0, EINV, 0},
+      /* a three-digit year could be 1994 or 2094 or 994: refused */
+      {"Sun, 06 Nov 994 08:49:37 GMT", 0, EINV, 0},
+      {"Sunday, 06-Nov-994 08:49:37 GMT", 0, EINV, 0},
+      {"Sun, 06 Nov 1994 08:49:37 +0100", 0, EINV, 0}, /* not GMT */
+      {"Sun, 06 Nov 1994 08:49:37 -", 0, EINV, 0},
   };
   check_ra(cases, N(cases));
+}
+
+/* Dates outside the three strict forms that nobody could read two ways:
+ * the RFC 850 shape with a four-digit year (common in the wild), an
+ * IMF-fixdate with a two-digit year, and GMT spelt UTC or +0000.  Refusing
+ * them published the default 5 s where the server meant a minute. */
+#define NOV6_1994 784111777 /* Sun, 06 Nov 1994 08:49:37 GMT */
+static void test_retry_after_accepts_unambiguous_dates(void **state) {
+  (void)state;
+  static const struct ra_case cases[] = {
+      {"Sunday, 06-Nov-1994 08:49:37 GMT", NOV6_1994 - 60, 0, 60000},
+      {"Sun, 06-Nov-1994 08:49:37 GMT", NOV6_1994 - 60, 0, 60000},
+      {"Thu, 19-Apr-2007 16:00:00 GMT", 1176998400 - 1200, 0, 1200000},
+      {"Sun, 06 Nov 94 08:49:37 GMT", NOV6_1994 - 60, 0, 60000},
+      {"Sun, 06 Nov 1994 08:49:37 UTC", NOV6_1994 - 60, 0, 60000},
+      {"Sun, 06 Nov 1994 08:49:37 +0000", NOV6_1994 - 60, 0, 60000},
+      {"Sun, 06 Nov 1994 08:49:37 -0000", NOV6_1994 - 60, 0, 60000},
+  };
+  check_ra(cases, N(cases));
+}
+
+/* One Retry-After field may be a list, or sent twice (each line is one
+ * call): the largest value read is kept, unreadable elements skipped, and
+ * a date's own comma does not split it. */
+static void test_retry_after_list_takes_largest(void **state) {
+  (void)state;
+  static const struct {
+    const char *value;
+    int n;
+    uint64_t ms;
+  } cases[] = {
+      {"12, 12", 2, 12000},
+      {"3, 12", 2, 12000},
+      {"12,3", 2, 12000},
+      {"junk, 7", 1, 7000},
+      {"Sun, 06 Nov 1994 08:50:37 GMT, 5", 2, 60000},
+      {"5, Sun, 06 Nov 1994 08:50:37 GMT", 2, 60000},
+      {"Sun Nov  6 08:50:37 1994, 1", 2, 60000},
+      {"0", 1, 0},
+      {"junk", 0, 0},
+      {"", 0, 0},
+  };
+  for (size_t i = 0; i < N(cases); i++) {
+    uint64_t ms = 0;
+    int n = throttle__retry_after_max(cases[i].value, NOV6_1994, &ms);
+    if (n != cases[i].n || ms != cases[i].ms)
+      fail_msg("\"%s\": %d values, %llu ms; want %d, %llu", cases[i].value, n,
+               (unsigned long long)ms, cases[i].n,
+               (unsigned long long)cases[i].ms);
+  }
+  /* a second header line that is smaller does not lower the first */
+  uint64_t ms = 0;
+  assert_int_equal(throttle__retry_after_max("12", 0, &ms), 1);
+  assert_int_equal(throttle__retry_after_max("3", 0, &ms), 1);
+  assert_int_equal(ms, 12000);
 }
 
 /* ---- classification ----------------------------------------------------- */
@@ -318,10 +375,18 @@ static void test_classify_409_bodies(void **state) {
       {409, "[{\"error\":{\"code\":\"RESOURCE_LOCKED\"}}]",
        THROTTLE_OUTCOME_PERMANENT, ""},
       {409, "\"RESOURCE_LOCKED\"", THROTTLE_OUTCOME_PERMANENT, ""},
+      /* not a JSON document, but naming a locked code: the read failed
+       * (cut short, or the parser ran out of memory and said "syntax
+       * error"), and a lock must never be called permanent for that */
       {409, "{\"error\":{\"code\":\"RESOURCE_LOCKED\"}", /* unclosed */
-       THROTTLE_OUTCOME_PERMANENT, ""},
+       THROTTLE_OUTCOME_FAILED, ""},
       {409, "{\"error\":{\"code\":\"RESOURCE_LOCKED\"}} trailing",
-       THROTTLE_OUTCOME_PERMANENT, ""},
+       THROTTLE_OUTCOME_FAILED, ""},
+      {409, "{\"error\":{\"code\":\"CONFLICT\"}", THROTTLE_OUTCOME_PERMANENT,
+       ""},
+      /* a byte order mark before the document is skipped */
+      {409, "\xef\xbb\xbf{\"error\":{\"code\":\"RESOURCE_LOCKED\"}}",
+       THROTTLE_OUTCOME_LOCKED, "RESOURCE_LOCKED"},
       {409, "{\"error\":{\"code\":\"RESOURCE\\u0000LOCKED\"}}",
        THROTTLE_OUTCOME_PERMANENT, ""},
       {409, "not json", THROTTLE_OUTCOME_PERMANENT, ""},
@@ -366,19 +431,20 @@ static void test_classify_large_bodies_bounded(void **state) {
   /* ... but garbage just inside it is. */
   b[THROTTLE_CURL_BODY_MAX - 1] = 'x';
   assert_int_equal(throttle_classify(NULL, 409, b, n, &o, code, sizeof code), 0);
-  assert_int_equal(o, THROTTLE_OUTCOME_PERMANENT);
+  assert_int_equal(o, THROTTLE_OUTCOME_FAILED); /* names the code: not final */
   assert_string_equal(code, "");
 
   /* Code first, but the document closes only after 1 MB: the prefix is not
-   * a JSON document, so there is no readable code and the 409 is
-   * permanent (the documented limit of the bound). */
+   * a JSON document, so there is no readable code; it names a locked code,
+   * so the 409 is transient, never permanent (the documented limit of the
+   * bound). */
   const char *open = "{\"error\":{\"code\":\"RESOURCE_LOCKED\"},\"pad\":\"";
   size_t ol = strlen(open);
   memcpy(b, open, ol);
   memset(b + ol, 'a', n - ol - 2);
   memcpy(b + n - 2, "\"}", 2);
   assert_int_equal(throttle_classify(NULL, 409, b, n, &o, code, sizeof code), 0);
-  assert_int_equal(o, THROTTLE_OUTCOME_PERMANENT);
+  assert_int_equal(o, THROTTLE_OUTCOME_FAILED);
   /* The same document within the bound is read. */
   size_t small = 4096;
   memcpy(b + small - 2, "\"}", 2);
@@ -475,7 +541,7 @@ static void *failing_malloc(size_t n) {
   return malloc(n);
 }
 
-static void test_classify_out_of_memory_is_contained(void **state) {
+static void test_classify_out_of_memory_never_permanent(void **state) {
   (void)state;
   json_set_alloc_funcs(failing_malloc, free);
   int clean = 0;
@@ -488,8 +554,10 @@ static void test_classify_out_of_memory_is_contained(void **state) {
     if (allocs < fail_at)
       clean = 1; /* nothing failed this time: the loop is done */
     assert_true(rc == 0 || rc == THROTTLE_ENOMEM);
-    assert_true(o == THROTTLE_OUTCOME_LOCKED ||
-                o == THROTTLE_OUTCOME_PERMANENT);
+    /* a lock read whole, or a failed read: transient, never permanent */
+    if (o != THROTTLE_OUTCOME_LOCKED && o != THROTTLE_OUTCOME_FAILED)
+      fail_msg("allocation %d failed: outcome %d, code \"%s\"", fail_at, (int)o,
+               code);
     assert_int_equal(o == THROTTLE_OUTCOME_LOCKED,
                      strcmp(code, "RESOURCE_LOCKED") == 0);
     if (clean)
@@ -596,6 +664,8 @@ int main(void) {
       cmocka_unit_test(test_retry_after_http_date_forms),
       cmocka_unit_test(test_retry_after_rfc850_two_digit_year),
       cmocka_unit_test(test_retry_after_rejects_bad_dates),
+      cmocka_unit_test(test_retry_after_accepts_unambiguous_dates),
+      cmocka_unit_test(test_retry_after_list_takes_largest),
       cmocka_unit_test(test_classify_status_table),
       cmocka_unit_test(test_classify_409_bodies),
       cmocka_unit_test(test_classify_409_escaped_code),
@@ -603,7 +673,7 @@ int main(void) {
       cmocka_unit_test(test_classify_custom_locked_codes),
       cmocka_unit_test(test_classify_code_truncated_compared_whole),
       cmocka_unit_test(test_classify_invalid_arguments),
-      cmocka_unit_test(test_classify_out_of_memory_is_contained),
+      cmocka_unit_test(test_classify_out_of_memory_never_permanent),
       cmocka_unit_test(test_policy_setters_validate),
       cmocka_unit_test(test_policy_locked_codes_validate),
   };

@@ -563,7 +563,7 @@ static int closed_port(void) {
   return ntohs(a.sin_port);
 }
 
-static void test_http_perform_refused_connection_never_published(void **state) {
+static void test_http_perform_refused_connection_is_transport(void **state) {
   struct fx *f = *state;
   throttle_t *h = th_open(f->th);
   char url[64];
@@ -572,9 +572,11 @@ static void test_http_perform_refused_connection_never_published(void **state) {
   assert_int_equal(throttle_curl_policy_set_retries(p, 2), 0);
   assert_int_equal(throttle_curl_policy_set_local_backoff(p, 1, 10), 0);
   throttle_curl_result_t *r = perform(h, url, "/v1/tables/t/load", "x", KEY, p);
-  /* connection refused is worth re-sending (the server may be restarting):
-   * the budget runs out, and nothing is ever published */
-  expect_status(r, THROTTLE_CURL_GAVE_UP);
+  /* connection refused is worth re-sending with local back-off (the
+   * server may be restarting), within the budget; then it is a transport
+   * failure, not a transient answer to queue again for, and nothing is
+   * ever published */
+  expect_status(r, THROTTLE_CURL_TRANSPORT);
   assert_int_equal(throttle_curl_result_attempts(r), 3);
   assert_int_equal(throttle_curl_result_http_status(r), 0);
   assert_int_equal(throttle_curl_result_outcome(r), THROTTLE_OUTCOME_FAILED);
@@ -793,7 +795,7 @@ int main(void) {
       T(test_http_perform_locked_result_in_process),
       T(test_http_perform_retry_budget_gives_up),
       T(test_http_perform_deadline_gives_up),
-      T(test_http_perform_refused_connection_never_published),
+      T(test_http_perform_refused_connection_is_transport),
       T(test_http_perform_unmendable_transport_error),
       TD(test_http_perform_http_date_retry_after),
       T(test_http_perform_fallback_handle_completes),

@@ -87,6 +87,16 @@ static void test_readonly_reads_without_writing(void **state) {
   assert_true(th_contains(throttle_errmsg(r), "read-only"));
   assert_int_equal(throttle_pause(r, "orders"), THROTTLE_EREADONLY);
   assert_int_equal(throttle_cancel(r, "orders"), THROTTLE_EREADONLY);
+  /* So are publishing, clearing and admitting: a read-only handle never
+   * pretends to have done what it cannot do to the segment. */
+  assert_int_equal(throttle_backoff(r, "orders", 1000), THROTTLE_EREADONLY);
+  assert_int_equal(throttle_clear(r, "orders"), THROTTLE_EREADONLY);
+  assert_int_equal(throttle_reset(r), THROTTLE_EREADONLY);
+  assert_int_equal(throttle_set_segment_max_delay(r, 1000), THROTTLE_EREADONLY);
+  throttle_ticket_t *tk = NULL;
+  assert_int_equal(throttle_try_enter(r, "orders", THROTTLE_CLASS_LIVE, &tk, NULL),
+                   THROTTLE_EREADONLY);
+  assert_null(tk);
   throttle_close(r);
 
   unsigned char *after = segment_bytes(fx->name, &n1);

@@ -44,6 +44,7 @@ enum opt_id {
   OPT_DATA_BINARY, /* http */
   OPT_OUTPUT,      /* http: -o */
   OPT_VERBOSE,     /* http: -v */
+  OPT_COMPRESSED,  /* http */
   OPT_CLASS,
   OPT_MAX_PARALLEL,
   OPT_RATE,
@@ -160,7 +161,13 @@ void ctl_warn_max_delay(const struct ctx *c, const char *given);
 const char *ctl_human_ms(int64_t ms, bool up, char *buf, size_t len);
 /* "120/1m", "5/500ms": a rate as --rate takes it. */
 const char *ctl_rate_text(int64_t n, int64_t period_ms, char *buf, size_t len);
-/* A key for a terminal: control bytes as \xHH.  out holds KEY_TEXT_MAX. */
+/* Text from a server or from shared memory, for a terminal: controls (C0,
+ * DEL, C1 raw or UTF-8-encoded), bidirectional overrides and bytes that
+ * are not UTF-8 shown as \uXXXX / \xHH; LF and TAB pass when lines.  The
+ * one function that decides this (ctl_say() uses it for every message). */
+void ctl_text_put(FILE *f, const char *s, size_t n, bool lines);
+/* The same into out (len bytes, never cutting an escape), for a key or
+ * other short text; a key's text fits in KEY_TEXT_MAX. */
 char *ctl_key_text(const char *key, char *out, size_t len);
 /* The "schema" of every --json document: raised only when a field changes
  * meaning or type (fields are added under the same number). */

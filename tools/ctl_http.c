@@ -23,7 +23,14 @@
  * deadline bounds waiting and the decision to retry, and a progress
  * callback ends a transfer still running at the deadline (libcurl calls
  * it at least about once a second), with CURLOPT_TIMEOUT_MS (SEC for each
- * transfer) as a backstop that is exact for the first one.
+ * transfer) as a backstop that is exact for the first one.  Without it
+ * each transfer is bounded (TRANSFER_TIMEOUT_MS): a server that never
+ * answers would hold the admission until its lease lapsed.  Rejected: a
+ * default deadline for the whole call, which would end long but healthy
+ * waits behind a lock.
+ *
+ * Everything printed that came from a server (codes, messages, -v lines,
+ * bodies) goes through ctl_text_put() (ctl_out.c).
  *
  * Exit statuses follow `run`: 0 for a 2xx answer, 1 for a permanent one,
  * a transport error that re-sending does not mend (bad URL, refused
@@ -37,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,6 +52,10 @@
 #include <unistd.h>
 
 #include "throttle_curl.h"
+
+/* Without --timeout, the longest one transfer may take (documented in
+ * docs/throttlectl.md): well under the library's 10-minute lease. */
+#define TRANSFER_TIMEOUT_MS 300000u
 
 /* The most a request body may be: it is held in memory. */
 #define BODY_MAX ((size_t)256 << 20)
@@ -67,10 +79,13 @@ static bool is_token(const char *s, size_t n) {
 }
 
 /* "Name: value", or curl's "Name:" (drop a header libcurl would send) and
- * "Name;" (send it empty).  A CR or LF would start another header. */
+ * "Name;" (send it empty).  The whole name must be a token: "X-Bad;Name: v"
+ * is no "X-Bad;" with a value.  A CR or LF would start another header. */
 static bool header_ok(const char *h) {
-  size_t n = strcspn(h, ":;");
-  return h[n] != 0 && is_token(h, n) && strpbrk(h, "\r\n") == NULL;
+  size_t n = strcspn(h, ":");
+  if (h[n] == 0) /* "Name;" */
+    return n > 1 && h[n - 1] == ';' && is_token(h, n - 1);
+  return is_token(h, n) && strpbrk(h, "\r\n") == NULL;
 }
 
 /* Append all of fd to *buf (*len bytes used of *cap, grown), as long as
@@ -231,40 +246,98 @@ static int progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
 
 /* ---- where a 2xx body goes -------------------------------------------- */
 
-/* -o FILE is opened before the request, so that a file that cannot be
- * written stops it before the server does any work, but it is only
- * truncated when a 2xx body starts (or the 2xx answer had none): a failed
- * request leaves an existing file as it was, and removes one it made. */
+/* -o FILE.  Nothing is created before a 2xx body starts (as curl): a
+ * request interrupted while it waits for admission leaves no empty file
+ * behind that a re-run skipping finished parts would skip.  A regular
+ * file (or a new one) is written as a temporary file beside it,
+ * ".NAME.XXXXXX", renamed over FILE only when the answer was a whole 2xx:
+ * an answer cut short, a failed write or a signal leaves an existing FILE
+ * as it was.  Anything else that exists (a device, a FIFO, /dev/stdout) is
+ * opened and written in place, since it cannot be replaced.  Before the
+ * request only the checks that create nothing are made: FILE's directory
+ * can be written, and an existing FILE is no directory. */
 struct sink {
   const char *path; /* NULL: standard output */
-  int fd;
-  bool created;   /* we made the file */
-  bool truncated; /* a 2xx answer has started it */
-  int err;        /* errno of a failed write, or 0 */
+  int fd;           /* -1 until a body starts */
+  bool in_place;    /* FILE exists and is no regular file */
+  mode_t mode;      /* of the file to create */
+  char tmp[PATH_MAX];
+  int err;     /* errno of a failed write, or 0 */
+  bool closed; /* sink_close() ran */
 };
+
+/* The temporary file being written, for a signal's last word. */
+static const char *volatile tmp_to_remove;
+
+/* SIGINT, SIGTERM, SIGHUP while the body is written: remove the temporary
+ * file, then die of the signal as before. */
+static void remove_tmp_and_die(int sig) {
+  const char *t = tmp_to_remove;
+  if (t != NULL)
+    unlink(t);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void sink_guard(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+      signal(sigs[i], remove_tmp_and_die);
+  }
+}
 
 static int sink_open(struct sink *s, const char *path) {
   s->fd = -1;
+  s->tmp[0] = 0;
   s->path = path != NULL && strcmp(path, "-") != 0 ? path : NULL;
   if (s->path == NULL)
     return 0;
-  s->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  s->created = s->fd >= 0;
-  if (s->fd < 0 && errno == EEXIST)
-    s->fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (s->fd < 0) {
+  mode_t um = umask(0);
+  umask(um);
+  s->mode = 0666 & ~um;
+  struct stat st;
+  const char *slash = strrchr(path, '/');
+  int dlen = slash == NULL ? 1 : slash == path ? 1 : (int)(slash - path);
+  int n = snprintf(s->tmp, sizeof s->tmp, "%.*s/.%s.XXXXXX", dlen,
+                   slash == NULL ? "." : path, slash == NULL ? path : slash + 1);
+  if (n < 0 || (size_t)n >= sizeof s->tmp) {
+    ctl_say("http: cannot write %s: %s", path, strerror(ENAMETOOLONG));
+    return -1;
+  }
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      ctl_say("http: cannot write %s: %s", path, strerror(EISDIR));
+      return -1;
+    }
+    s->in_place = !S_ISREG(st.st_mode);
+    s->mode = st.st_mode & 07777;
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%.*s", dlen, slash == NULL ? "." : path);
+  if (s->in_place ? access(path, W_OK) != 0 : access(dir, W_OK | X_OK) != 0) {
     ctl_say("http: cannot write %s: %s", path, strerror(errno));
     return -1;
   }
   return 0;
 }
 
+/* The first byte of a 2xx body (or a whole 2xx without one). */
 static void sink_start(struct sink *s) {
-  struct stat st;
-  if (s->truncated || s->fd < 0)
+  if (s->fd >= 0 || s->path == NULL || s->err != 0)
     return;
-  s->truncated = true;
-  if (fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(s->fd, 0) != 0)
+  if (s->in_place) {
+    s->fd = open(s->path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+  } else {
+    s->fd = mkostemp(s->tmp, O_CLOEXEC);
+    if (s->fd >= 0) {
+      tmp_to_remove = s->tmp;
+      if (fchmod(s->fd, s->mode) != 0)
+        s->err = errno;
+    }
+  }
+  if (s->fd < 0)
     s->err = errno;
 }
 
@@ -273,7 +346,7 @@ static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud) {
   size_t n = size * nmemb;
   if (s->err != 0)
     return 0;
-  if (s->fd < 0) {
+  if (s->path == NULL) {
     if (fwrite(ptr, 1, n, stdout) != n) {
       s->err = errno != 0 ? errno : EIO;
       return 0;
@@ -291,18 +364,24 @@ static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud) {
   return s->err == 0 ? n : 0;
 }
 
-/* After the call: an OK answer's file is complete (an empty body still
- * truncates it); any other end removes a file this call created. */
+/* After the call: a whole 2xx answer's file takes FILE's place (an empty
+ * body still makes one); any other end removes the temporary file. */
 static int sink_close(struct sink *s, bool ok) {
-  if (s->fd < 0)
+  if (s->path == NULL || s->closed)
     return 0;
   if (ok)
     sink_start(s);
-  if (close(s->fd) != 0 && s->err == 0 && ok)
+  if (s->fd >= 0 && close(s->fd) != 0 && s->err == 0 && ok)
     s->err = errno;
   s->fd = -1;
-  if ((!ok || s->err != 0) && s->created)
-    unlink(s->path);
+  if (!s->in_place && tmp_to_remove != NULL) {
+    if (ok && s->err == 0 && rename(s->tmp, s->path) != 0)
+      s->err = errno;
+    if (!ok || s->err != 0)
+      unlink(s->tmp);
+    tmp_to_remove = NULL;
+  }
+  s->closed = true;
   return s->err;
 }
 
@@ -366,12 +445,18 @@ static int setup(struct ctx *c, CURL *easy, struct curl_slist **hdrs,
       *hdrs = n;
   }
   SET(CURLOPT_HTTPHEADER, *hdrs);
-  if (c->timeout_ms != THROTTLE_FOREVER) {
+  if (c->opt[OPT_COMPRESSED] != NULL)
+    SET(CURLOPT_ACCEPT_ENCODING, ""); /* every coding libcurl decodes */
+  if (c->opt[OPT_TIMEOUT] != NULL) {
     SET(CURLOPT_TIMEOUT_MS,
         (long)(c->timeout_ms < LONG_MAX ? c->timeout_ms : LONG_MAX));
     SET(CURLOPT_XFERINFOFUNCTION, progress);
     SET(CURLOPT_XFERINFODATA, dl);
     SET(CURLOPT_NOPROGRESS, 0L);
+  } else {
+    /* A server that never answers would hold the admission until its
+     * lease lapses: each transfer is bounded by default. */
+    SET(CURLOPT_TIMEOUT_MS, (long)TRANSFER_TIMEOUT_MS);
   }
 #undef SET
   if (e != CURLE_OK) {
@@ -381,17 +466,25 @@ static int setup(struct ctx *c, CURL *easy, struct curl_slist **hdrs,
   return 0;
 }
 
+/* -v: the library's lines carry the key and the server's error code. */
+static void log_line(void *userdata, const char *line) {
+  (void)userdata;
+  fputs("throttle: ", stderr);
+  ctl_text_put(stderr, line, strlen(line), false);
+  fputc('\n', stderr);
+}
+
 static int policy_setup(struct ctx *c, throttle_curl_policy_t *p,
                         struct sink *sink) {
   int rc = throttle_curl_policy_set_retries(p, c->retries);
   if (rc == 0)
     rc = throttle_curl_policy_set_class(p, c->cls);
-  if (rc == 0 && c->timeout_ms != THROTTLE_FOREVER)
+  if (rc == 0 && c->opt[OPT_TIMEOUT] != NULL)
     rc = throttle_curl_policy_set_deadline(p, c->timeout_ms);
   if (rc == 0)
     rc = throttle_curl_policy_set_sink(p, sink_write, sink);
   if (rc == 0 && c->opt[OPT_VERBOSE] != NULL)
-    rc = throttle_curl_policy_set_log_file(p, stderr);
+    rc = throttle_curl_policy_set_log(p, log_line, NULL);
   if (rc != 0)
     ctl_say("http: cannot set up the policy: %s", throttle_strerror(rc));
   return rc;
@@ -462,7 +555,7 @@ static void print_body(const char *ktext, const throttle_curl_result_t *r) {
     snprintf(st, sizeof st, "HTTP %ld, ", throttle_curl_result_http_status(r));
   ctl_say("%s: body of the last answer (%s%zu bytes%s):", ktext, st, n,
           n >= THROTTLE_CURL_BODY_MAX ? ", cut" : "");
-  fwrite(b, 1, n, stderr);
+  ctl_text_put(stderr, b, n, true);
   if (b[n - 1] != '\n')
     fputc('\n', stderr);
 }
@@ -539,12 +632,16 @@ int ctl_cmd_http(struct ctx *c) {
   const char *key = c->args[0];
   char ktext[KEY_TEXT_MAX];
   ctl_key_text(key, ktext, sizeof ktext);
-  struct deadline dl = {.at = c->timeout_ms == THROTTLE_FOREVER
+  /* Saturating: a --timeout too far to reach is none, never one that
+   * has passed (which would cut the first transfer at once). */
+  uint64_t start = now_ms();
+  struct deadline dl = {.at = c->timeout_ms >= UINT64_MAX - start
                                   ? UINT64_MAX
-                                  : now_ms() + c->timeout_ms};
+                                  : start + c->timeout_ms};
   struct sink sink = {.fd = -1};
   if (sink_open(&sink, c->opt[OPT_OUTPUT]) != 0)
     return XIT_FAIL;
+  sink_guard();
   /* The application owns libcurl's global state. */
   CURLcode gc = curl_global_init(CURL_GLOBAL_DEFAULT);
   if (gc != CURLE_OK) {

@@ -11,15 +11,32 @@
 
 /* ---- messages --------------------------------------------------------- */
 
+/* Every message goes through ctl_text_put(): messages carry keys, segment
+ * names, the library's messages and servers' words, and any of them may
+ * hold bytes that would drive the terminal. */
 void ctl_say(const char *fmt, ...) {
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
-  fputs(PROG ": ", stderr);
-  /* va_start is above; the analyzer loses it across the fputs call (a
-   * known false positive of clang-analyzer-valist.Uninitialized). */
-  vfprintf(stderr, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
-  fputc('\n', stderr);
+  /* va_start is just above (a known false positive of
+   * clang-analyzer-valist.Uninitialized). */
+  int n = vsnprintf(line, sizeof line, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
   va_end(ap);
+  if (n < 0)
+    return;
+  size_t len = (size_t)n;
+  char *big = len >= sizeof line ? malloc(len + 1) : NULL;
+  if (big != NULL) {
+    va_start(ap, fmt);
+    vsnprintf(big, len + 1, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
+    va_end(ap);
+  } else if (len >= sizeof line) {
+    len = sizeof line - 1; /* no memory: the message cut */
+  }
+  fputs(PROG ": ", stderr);
+  ctl_text_put(stderr, big != NULL ? big : line, len, false);
+  fputc('\n', stderr);
+  free(big);
 }
 
 /* The segment, the library's message (which often names the segment
@@ -112,16 +129,78 @@ const char *ctl_class_name(throttle_class_t cls) {
 
 /* ---- strings ---------------------------------------------------------- */
 
-/* JSON output is exact; this is for eyes, and keeps a key with a newline
- * or an escape sequence from breaking the table or the terminal. */
-char *ctl_key_text(const char *key, char *out, size_t len) {
-  size_t n = 0;
-  for (const unsigned char *p = (const unsigned char *)key; *p && n + 5 < len;
-       p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
+/* ---- text for a terminal ---------------------------------------------- */
+
+/* JSON output is exact; this is for eyes.  A key, a segment name, a server's
+ * error code or body may hold bytes that a terminal obeys (ESC ] 0; retitles
+ * it, ESC [ 2J clears it, and 0x9b is a one-byte CSI on terminals that take
+ * C1 controls raw or UTF-8-encoded), or that are not UTF-8.  One function
+ * decides what passes: valid UTF-8 except controls (C0 but, with lines, LF
+ * and TAB; DEL; C1 as U+0080-U+009F) and the bidirectional overrides that
+ * reorder what is shown (U+202A-U+202E, U+2066-U+2069).  Those are shown as
+ * \uXXXX; bytes that are not valid UTF-8 as \xHH.  A backslash passes as
+ * it is: this is for reading, not for reading back.
+ *
+ * Writes the representation of the sequence at p (n > 0 bytes left) to
+ * out (at least 8 bytes), NUL-terminated; returns the bytes consumed. */
+static size_t text_one(const unsigned char *p, size_t n, bool lines,
+                       char *out) {
+  unsigned c = p[0];
+  if (c < 0x80) {
+    if ((c < 0x20 && !(lines && (c == '\n' || c == '\t'))) || c == 0x7f)
+      snprintf(out, 8, "\\x%02x", c);
     else
-      out[n++] = (char)*p;
+      snprintf(out, 8, "%c", (char)c);
+    return 1;
+  }
+  /* The length of the sequence and the range of its second byte (no
+   * overlong forms, no surrogates, nothing past U+10FFFF). */
+  size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4                         ? 4
+                                                                : 0;
+  unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+  unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+  bool ok = len > 0 && len <= n && p[1] >= lo && p[1] <= hi;
+  for (size_t i = 2; ok && i < len; i++)
+    ok = (p[i] & 0xc0) == 0x80;
+  if (!ok) {
+    snprintf(out, 8, "\\x%02x", c);
+    return 1;
+  }
+  unsigned cp = c & (0x7f >> len);
+  for (size_t i = 1; i < len; i++)
+    cp = cp << 6 | (p[i] & 0x3f);
+  if (cp <= 0x9f || (cp >= 0x202a && cp <= 0x202e) ||
+      (cp >= 0x2066 && cp <= 0x2069)) {
+    snprintf(out, 8, "\\u%04x", cp);
+  } else {
+    memcpy(out, p, len);
+    out[len] = 0;
+  }
+  return len;
+}
+
+void ctl_text_put(FILE *f, const char *s, size_t n, bool lines) {
+  const unsigned char *p = (const unsigned char *)s;
+  char one[8];
+  for (size_t i = 0; i < n;) {
+    i += text_one(p + i, n - i, lines, one);
+    fputs(one, f);
+  }
+}
+
+char *ctl_key_text(const char *key, char *out, size_t len) {
+  const unsigned char *p = (const unsigned char *)key;
+  size_t n = 0, left = strlen(key);
+  char one[8];
+  while (left > 0) {
+    size_t used = text_one(p, left, false, one), k = strlen(one);
+    if (n + k >= len)
+      break;
+    memcpy(out + n, one, k);
+    n += k;
+    p += used;
+    left -= used;
   }
   out[n] = 0;
   return out;

@@ -12,20 +12,28 @@
  * the lock episode's probe like every other process (I1, I3).
  *
  * The holder of the admission is this process, not CMD: CMD runs in a
- * child, and the slot is given back when CMD ends, or reclaimed when this
- * process dies.  In that case CMD gets SIGTERM (PR_SET_PDEATHSIG): left
- * running, it would go on without the slot that someone else now holds
- * (I5).  SIGTERM rather than SIGKILL lets it clean up, at the price of a
- * short overlap.  Exit statuses follow the shell: CMD's own status,
- * 126/127 when it cannot be executed, 128 + N when signal N ended it.
+ * child that leads a process group of its own, and the slot is given back
+ * when that whole group is gone (CMD's background children included), or
+ * reclaimed when this process dies.  In that case a keeper process that
+ * leads CMD's group sends SIGTERM to the group, once, then SIGKILL a second
+ * later: left running, CMD and its children would go on without the slot
+ * that someone else now holds (I5).  (PR_SET_PDEATHSIG only when the
+ * keeper could not be started: it reaches CMD alone.)  A descendant that
+ * leaves the group (setsid) escapes both; docs/throttlectl.md says so.
+ * Exit statuses follow the shell: CMD's own status, 126/127 when it cannot
+ * be executed, 128 + N when signal N ended it.
  *
- * Signals.  SIGINT and SIGTERM sent to this process while CMD runs are
- * passed on to CMD, and no retry follows.  One the terminal generated
- * (si_code SI_KERNEL) already reached CMD, which is in our process group,
- * and is not sent twice: a program that reads a second ^C as "force" must
- * not get one from a single keypress.  While waiting for admission the
- * signals keep their usual effect; the library reclaims the waiting slot
- * of a process that died.
+ * Signals.  SIGINT, SIGTERM and SIGHUP sent to this process while CMD's
+ * group runs are passed on to the group, each kind once, and no retry
+ * follows (a CMD exiting 75 then publishes nothing).  Because CMD has a
+ * group of its own, a signal sent to ours (a job runner, timeout(1))
+ * reaches CMD only through us, once.  Rejected: skipping signals "that
+ * came from the group" (si_code cannot tell kill(pid) from kill(-pgid)),
+ * and forwarding every signal (timeout(1) signals us twice).  While we own
+ * the terminal's foreground, CMD's group gets it (tcsetpgrp), as a shell
+ * gives it to a job.  While waiting for admission the signals keep their
+ * usual effect; the library reclaims the waiting slot of a process that
+ * died.
  *
  * Fail open (I7).  With an unusable segment the command still runs, on the
  * library's process-private fallback (throttlectl.c warns).  If admission
@@ -42,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -113,9 +122,17 @@ static bool is_blank(char ch) {
  * anything else; the caller then uses the default. */
 static bool retry_file_read(const char *path, uint64_t *ms) {
   char buf[64];
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  /* CMD may have replaced the file with anything: a FIFO would block
+   * open() and read() while SIGINT and SIGTERM are held back (and the slot
+   * with them).  Non-blocking, and only a regular file is read. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return false;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return false;
+  }
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
   if (n <= 0)
@@ -131,24 +148,32 @@ static bool retry_file_read(const char *path, uint64_t *ms) {
 
 /* ---- running CMD ------------------------------------------------------ */
 
-static const int forwarded[] = {SIGINT, SIGTERM};
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP};
 #define NFORWARDED (sizeof forwarded / sizeof forwarded[0])
 
-static volatile sig_atomic_t child_pid;   /* 0 when no CMD runs */
+static volatile sig_atomic_t child_pgid;  /* 0 when no CMD group runs */
 static volatile sig_atomic_t interrupted; /* a forwarded signal came */
 static sigset_t saved_mask;
 static struct sigaction saved_act[NFORWARDED];
 static bool handler_set[NFORWARDED];
 
-static void forward(int sig, siginfo_t *si, void *uctx) {
-  (void)uctx;
+/* CMD runs in a process group of its own, so a signal sent to this
+ * process's group (a job runner's kill -TERM -- -PGID, timeout(1)) reaches
+ * CMD once, from here, and never twice. */
+static volatile sig_atomic_t sent_mask; /* 1 << sig: passed on already */
+
+/* Each signal is passed on once per CMD: timeout(1) and many supervisors
+ * send one signal twice (to this process, then to its group), and a
+ * program that reads a second SIGTERM or ^C as "force quit" must not get
+ * one from a single request to stop. */
+static void forward(int sig) {
   interrupted = 1;
-  if (si != NULL && si->si_code == SI_KERNEL)
-    return; /* from the terminal: CMD has it too */
   int e = errno;
-  pid_t pid = (pid_t)child_pid;
-  if (pid > 0)
-    kill(pid, sig);
+  pid_t pg = (pid_t)child_pgid;
+  if (pg > 0 && !(sent_mask & (1 << sig))) {
+    sent_mask |= 1 << sig;
+    kill(-pg, sig);
+  }
   errno = e;
 }
 
@@ -164,8 +189,8 @@ static void unblock_forwarded(void) {
   sigprocmask(SIG_SETMASK, &saved_mask, NULL);
 }
 
-/* Forward while CMD runs; a signal this process was told to ignore stays
- * ignored (CMD inherits that too). */
+/* Forward while CMD's group lives; a signal this process was told to
+ * ignore stays ignored (CMD inherits that too). */
 static void handlers_install(void) {
   for (size_t i = 0; i < NFORWARDED; i++) {
     handler_set[i] = false;
@@ -174,8 +199,8 @@ static void handlers_install(void) {
       continue;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = forward;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sa.sa_handler = forward;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     handler_set[i] = sigaction(forwarded[i], &sa, NULL) == 0;
   }
@@ -187,16 +212,113 @@ static void handlers_restore(void) {
       sigaction(forwarded[i], &saved_act[i], NULL);
 }
 
+/* The terminal, when this process owns its foreground: CMD's group is
+ * given the foreground while it runs (as a shell does for a job), so that
+ * CMD may read the terminal and ^C reaches CMD's group, once. */
+static int tty_fd(void) {
+  return isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp()
+             ? STDIN_FILENO
+             : -1;
+}
+
+static void tty_give(int fd, pid_t pgid) {
+  if (fd < 0)
+    return;
+  /* From a background group tcsetpgrp() raises SIGTTOU unless blocked. */
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTTOU);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  (void)tcsetpgrp(fd, pgid);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* The keeper: a small process that leads CMD's process group and outlives
+ * this one.  If this process dies without saying goodbye (kill -9), the
+ * library reclaims its slot, and CMD and its children would go on without
+ * it (I5): the keeper then sends SIGTERM to the group, and SIGKILL
+ * KEEPER_GRACE_MS later (to itself too, last).  It is forked before CMD,
+ * so that CMD can join its group at once, and it stands in for
+ * PR_SET_PDEATHSIG (which reaches CMD only, and would be a second SIGTERM
+ * for it).  Its pid names the group and cannot be reused while the group
+ * lives.  Returns the write end to say goodbye on (one byte, then close)
+ * and the group in *pgid, or -1 (then CMD leads a group of its own). */
+#define KEEPER_GRACE_MS 1000
+static int keeper_start(pid_t *pgid) {
+  int kfd[2];
+  if (pipe2(kfd, O_CLOEXEC) != 0)
+    return -1;
+  pid_t k = fork();
+  if (k < 0) {
+    close(kfd[0]);
+    close(kfd[1]);
+    return -1;
+  }
+  if (k == 0) {
+    close(kfd[1]);
+    /* Hold nothing of this process's open: a pipe a caller reads to its
+     * end must not wait for the keeper. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+      dup2(null, STDIN_FILENO);
+      dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
+    }
+    if (dup2(kfd[0], 3) == 3) {
+      kfd[0] = 3;
+      close_range(4, ~0u, 0);
+    }
+    signal(SIGTERM, SIG_IGN); /* its own SIGTERM to the group */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    setpgid(0, 0);
+    char b;
+    ssize_t n;
+    while ((n = read(kfd[0], &b, 1)) < 0 && errno == EINTR)
+      ;
+    if (n == 1)
+      _exit(0); /* goodbye */
+    kill(0, SIGTERM);
+    struct timespec ts = {KEEPER_GRACE_MS / 1000,
+                          (KEEPER_GRACE_MS % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+    kill(0, SIGKILL);
+    _exit(0);
+  }
+  close(kfd[0]);
+  setpgid(k, k); /* also here: the group exists before CMD joins it */
+  *pgid = k;
+  return kfd[1];
+}
+
+/* Wait until no process is left in CMD's group: its members become our
+ * children as their parents end (PR_SET_CHILD_SUBREAPER, set in
+ * ctl_cmd_run), and one that is not (its parent left the group) is polled
+ * for.  Signals are not blocked meanwhile, so they are forwarded. */
+static void group_wait(pid_t pgid) {
+  while (waitpid(-pgid, NULL, 0) > 0 || errno == EINTR)
+    ;
+  while (kill(-pgid, 0) == 0) {
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+    while (waitpid(-pgid, NULL, WNOHANG) > 0)
+      ;
+  }
+}
+
 struct cmd_end {
   enum { END_EXIT, END_SIGNAL, END_NOEXEC } how;
   int code; /* exit status, signal number, or execvp's errno */
 };
 
-/* Run argv to its end, with $THROTTLE_RETRY_AFTER_FILE set to retry_path
- * (unset when NULL).  Returns 0 and fills *end, or -1 (said why) when CMD
- * could not be started.  Returns with SIGINT and SIGTERM blocked either
- * way: one that arrives after CMD ended waits until the outcome has been
- * reported, so the slot is handed back before it takes effect. */
+/* Run argv in a process group of its own until the whole group is gone,
+ * with $THROTTLE_RETRY_AFTER_FILE set to retry_path (unset when NULL).
+ * Returns 0 and fills *end (CMD's own end), or -1 (said why) when CMD
+ * could not be started.  Returns with SIGINT, SIGTERM and SIGHUP blocked
+ * either way: one that arrives after the group ended waits until the
+ * outcome has been reported, so the slot is handed back before it takes
+ * effect.  Nothing that may block runs while they are blocked. */
 static int cmd_spawn_wait(char **argv, const char *retry_path,
                           struct cmd_end *end) {
   int pfd[2];
@@ -205,26 +327,41 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     setenv(RETRY_AFTER_ENV, retry_path, 1);
   else
     unsetenv(RETRY_AFTER_ENV);
+  fflush(stdout);
+  fflush(stderr);
+  /* Before the pipe below: the keeper must not hold its write end. */
+  pid_t pgid = 0;
+  int keeper = keeper_start(&pgid);
   /* CLOEXEC: closed by a successful exec, so EOF says CMD started. */
   if (pipe2(pfd, O_CLOEXEC) != 0) {
     ctl_say("cannot run %s: pipe: %s", argv[0], strerror(errno));
+    if (keeper >= 0) {
+      close(keeper); /* no goodbye: it ends its (empty) group, and itself */
+      group_wait(pgid);
+    }
     return -1;
   }
-  fflush(stdout);
-  fflush(stderr);
+  int tty = tty_fd();
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     ctl_say("cannot run %s: fork: %s", argv[0], strerror(errno));
     close(pfd[0]);
     close(pfd[1]);
+    if (keeper >= 0) {
+      close(keeper); /* no goodbye: it ends its (empty) group, and itself */
+      group_wait(pgid);
+    }
     return -1;
   }
   if (pid == 0) {
     close(pfd[0]);
-    /* Ends CMD if we die; kept across execve.  If we died already, the
-     * signal will not come: stop here. */
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent)
+    setpgid(0, pgid);
+    tty_give(tty, getpgrp());
+    /* Without a keeper: ends CMD if we die; kept across execve.  If we
+     * died already, the signal will not come: stop here. */
+    if (keeper < 0 && prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 &&
+        getppid() != parent)
       _exit(128 + SIGTERM);
     sigprocmask(SIG_SETMASK, &saved_mask, NULL);
     execvp(argv[0], argv);
@@ -234,7 +371,12 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     _exit(e == ENOENT ? 127 : 126);
   }
   close(pfd[1]);
-  child_pid = pid;
+  if (pgid == 0)
+    pgid = pid;
+  setpgid(pid, pgid); /* also here: whichever runs first */
+  tty_give(tty, pgid);
+  sent_mask = 0;
+  child_pgid = pgid;
   handlers_install();
   unblock_forwarded(); /* a signal that came meanwhile is forwarded now */
 
@@ -244,19 +386,19 @@ static int cmd_spawn_wait(char **argv, const char *retry_path,
     n = read(pfd[0], &err, sizeof err);
   while (n < 0 && errno == EINTR);
   close(pfd[0]);
-  /* Wait for the end without reaping: until the forwarder is gone the pid
-   * must stay CMD's, not a recycled one. */
-  siginfo_t si;
-  memset(&si, 0, sizeof si);
-  while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 &&
-         errno == EINTR)
-    ;
-  block_forwarded();
-  child_pid = 0;
-  handlers_restore();
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
     ;
+  if (keeper >= 0) {
+    ssize_t w = write(keeper, "", 1);
+    (void)w;
+    close(keeper);
+  }
+  group_wait(pgid);
+  tty_give(tty, getpgrp());
+  block_forwarded();
+  child_pgid = 0;
+  handlers_restore();
   if (n == (ssize_t)sizeof err) {
     end->how = END_NOEXEC;
     end->code = err;
@@ -330,6 +472,12 @@ int ctl_cmd_run(struct ctx *c) {
   ctl_key_text(key, ktext, sizeof ktext);
   /* Inherited SIGCHLD = SIG_IGN would reap CMD before we see its status. */
   signal(SIGCHLD, SIG_DFL);
+  /* CMD's orphaned children become ours, so that we can wait for them
+   * (group_wait); without it they are polled for. */
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+  /* A throttlectl or library call inside CMD uses the same segment. */
+  if (c->segment != NULL)
+    setenv("THROTTLE_SEGMENT", c->segment, 1);
   if (c->opt[OPT_MAX_PARALLEL] != NULL) {
     int rc = throttle_set_max_parallel(c->h, key, c->max_parallel);
     if (rc != 0)
@@ -364,6 +512,14 @@ int ctl_cmd_run(struct ctx *c) {
     int status;
     uint64_t retry_ms;
     throttle_outcome_t outcome = attempt(argv, &status, &retry_ms);
+    if (interrupted && outcome == THROTTLE_OUTCOME_LOCKED) {
+      /* CMD exited 75 because it was told to stop, not because the key is
+       * locked: nothing to publish to every other process. */
+      outcome = THROTTLE_OUTCOME_ABANDONED;
+      retry_ms = 0;
+      ctl_say("%s: CMD exited %d after a signal; not retried, no back-off "
+              "published", ktext, status);
+    }
     if (admitted) {
       rc = throttle_leave(c->h, ticket, outcome, retry_ms);
       if (rc != 0)

@@ -8,7 +8,7 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok
 # the rest: the operator and install tests (Prometheus parser, a
 # pseudo-terminal, man -l, C++ and CMake consumers, bash completion);
 # libhiredis-dev, redis-server, faketime: the Redis backend and its tests.
-for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev python3 pkg-config curl \
+for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev zlib1g-dev python3 pkg-config curl \
          python3-pytest python3-requests \
          scdoc python3-prometheus-client tmux man-db cmake g++ bash-completion \
          libhiredis-dev redis-server faketime; do

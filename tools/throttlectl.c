@@ -56,6 +56,9 @@ static const struct option_spec options[OPT_COUNT_] = {
     [OPT_VERBOSE] = {"--verbose", "-v", NULL,
                      "log attempts, answers and waits, and a failed "
                      "answer's body, on stderr"},
+    [OPT_COMPRESSED] = {"--compressed", NULL, NULL,
+                        "ask for a compressed answer and decode it (as "
+                        "curl --compressed)"},
     [OPT_CLASS] = {"--class", NULL, "live|backfill",
                    "admission class (default live): live is admitted "
                    "before backfill"},
@@ -80,7 +83,8 @@ static const struct option_spec options[OPT_COUNT_] = {
 static const char *const http_help[OPT_COUNT_] = {
     [OPT_RETRIES] = "re-send a transient answer up to N times (default 10)",
     [OPT_TIMEOUT] = "give up after SEC seconds in all, waiting and sending "
-                    "(decimal allowed); exit 75",
+                    "(decimal allowed); exit 75.  Without it each transfer "
+                    "may take 300 s",
 };
 
 /* Where `metrics` means something else by a shared option. */
@@ -208,7 +212,7 @@ static const struct command commands[] = {
      .max_args = 2,
      .opts = OPT(OPT_REQUEST) | OPT(OPT_HEADER) | OPT(OPT_DATA) |
              OPT(OPT_DATA_BINARY) | OPT(OPT_OUTPUT) | OPT(OPT_VERBOSE) |
-             OPT(OPT_CLASS) | OPT(OPT_MAX_PARALLEL) | OPT(OPT_RETRIES) |
+             OPT(OPT_COMPRESSED) | OPT(OPT_CLASS) | OPT(OPT_MAX_PARALLEL) | OPT(OPT_RETRIES) |
              OPT(OPT_TIMEOUT),
      .key_first = true,
      .open = OPEN_FAIL_OPEN,

@@ -76,6 +76,9 @@ int throttle_try_enter(throttle_t *h, const char *key, throttle_class_t cls,
 int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                    throttle_outcome_t outcome, uint64_t retry_after_ms);
+int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
+                     throttle_outcome_t outcome, uint64_t retry_after_ms,
+                     uint64_t timeout_ms);
 int throttle_set_max_parallel(throttle_t *h, const char *key, uint32_t n);
 int throttle_set_rate(throttle_t *h, const char *key, uint32_t n,
                       uint64_t period_ms);
