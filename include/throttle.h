@@ -136,7 +136,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(ESYMLINK, -21, "segment path is a symbolic link")                        \
   XX(EINTR, -22, "interrupted by the caller")                                 \
   XX(ESTALE, -23, "the admission was already taken back")    \
-  XX(EREADONLY, -24, "the handle is read-only")
+  XX(EREADONLY, -24, "the handle is read-only")                               \
+  XX(EBACKEND, -25, "the backend module cannot be loaded")
 
 typedef enum {
 #define THROTTLE_XX_(name, value, desc) THROTTLE_##name = value,
@@ -253,6 +254,20 @@ enum {
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);
 
+/* Share keys across hosts: "redis://[:PASSWORD@]HOST[:PORT][/DB]",
+ * "unix:///PATH/redis.sock[?db=N]", or "shm" (the host's segment alone,
+ * the default).  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
+ * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
+ * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
+ * libthrottle, or the loader's search path.  The segment stays open: while
+ * Redis is unreachable, calls are served there (for this host's processes)
+ * and throttle_errmsg() says so; they go back to Redis when it answers.
+ * Redis is then the only clock (see README, "Across hosts").
+ * Errors: THROTTLE_EINVAL (NULL, empty or longer than 500 bytes; a URL of
+ * an unknown form is refused by throttle_open()), THROTTLE_ENOMEM. */
+THROTTLE_EXTERN int throttle_config_set_backend(throttle_config_t *cfg,
+                                                const char *url);
+
 /* ---- Handles --------------------------------------------------------- */
 
 typedef struct throttle throttle_t;
@@ -269,7 +284,10 @@ typedef struct throttle throttle_t;
  * Errors: THROTTLE_EINVAL (out is NULL), THROTTLE_ENOMEM (*out is NULL),
  * THROTTLE_ESHM, THROTTLE_ENOSPC, THROTTLE_ESYMLINK, THROTTLE_EMAGIC,
  * THROTTLE_EVERSION, THROTTLE_EFINGERPRINT, THROTTLE_ESIZE, THROTTLE_EOWNER,
- * THROTTLE_EMODE, THROTTLE_EINITTIMEOUT, THROTTLE_ESYS. */
+ * THROTTLE_EMODE, THROTTLE_EINITTIMEOUT, THROTTLE_ESYS; and for a backend
+ * (throttle_config_set_backend): THROTTLE_EINVAL (a URL of no known form),
+ * THROTTLE_EBACKEND (the module is missing or foreign); the handle then
+ * works on the segment alone, unless THROTTLE_NO_FALLBACK. */
 THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
                                   throttle_t **out);
 
@@ -281,6 +299,11 @@ THROTTLE_EXTERN int throttle_is_shared(const throttle_t *h);
 
 /* The segment name h uses (or tried to use). */
 THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
+
+/* The backend h shares keys through: "shm" (the segment alone), or the
+ * URL given to throttle_config_set_backend() / $THROTTLE_BACKEND with any
+ * password replaced by "***".  Never NULL. */
+THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
 
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
@@ -538,6 +561,12 @@ THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
                                          size_t i, int64_t *pid,
                                          int64_t *age_ms,
                                          throttle_class_t *cls, int *probe);
+
+/* The host name of holder i of a snapshot (the hosts of a backend across
+ * hosts; "" on the segment, where every holder is of this host), or NULL
+ * when i is past the last holder. */
+THROTTLE_EXTERN const char *throttle_info_holder_host(
+    const throttle_info_t *info, size_t i);
 
 /* Snapshot one key into *out (free it with throttle_info_free).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY, THROTTLE_ENOMEM,

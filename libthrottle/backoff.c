@@ -9,7 +9,7 @@
  * record (table.c), or on a miss a hash and a probe.  Everything that
  * changes a record takes the mutex, and nothing sleeps with it held.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,8 @@ static void sat_inc(uint64_t *c, uint64_t by) { *c = throttle__sat_add(*c, by); 
 static int64_t to_i64(uint64_t v) {
   return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
 }
+
+static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now);
 
 /* The key's not-before as a lock-free reader sees it: 0 when the key is
  * absent or open.  Falls back to the mutex when the table keeps changing
@@ -80,6 +82,19 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
     *epoch = e;
   throttle__unlock(h);
   return 0;
+}
+
+/* ms until the segment's own not-before for key passes (0: open, absent,
+ * or unreadable): what this host knows, for a backend that may have lost
+ * it (backend.c). */
+uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
+  size_t len;
+  uint64_t nb;
+  struct throttle__rec *r;
+  if (throttle__check_key(h, key, &len) != 0 ||
+      read_nb(h, key, len, &nb, &r, NULL) != 0 || nb == 0)
+    return 0;
+  return ms_left(h, nb, throttle__now_ns());
 }
 
 /* The key's not-before as read without the mutex (0: absent, open, or the
@@ -147,6 +162,13 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  if (h->be != NULL) {
+    /* The segment records it too: if the backend goes away, this host's
+     * processes still honour what they were told. */
+    rc = throttle__be_backoff(h, key, delay_ms);
+    if (rc < 0)
+      return rc;
+  }
   uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
@@ -184,6 +206,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_remaining(h, key, ms));
   uint64_t nb;
   struct throttle__rec *r;
   rc = read_nb(h, key, len, &nb, &r, NULL);
@@ -244,6 +267,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
   /* The hot path: open and not held by the gate.  No clock, no lock. */
   uint64_t nb;
   struct throttle__rec *r;
@@ -331,6 +355,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_clear(h, key));
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
     return rc;
@@ -355,6 +380,7 @@ THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
     return THROTTLE_EINVAL;
   if (h->ro_src != NULL)
     return throttle__readonly_fail(h, "reset the back-offs");
+  THROTTLE__BE_TRY(h, throttle__be_clear(h, NULL));
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;
@@ -437,6 +463,7 @@ THROTTLE_EXTERN int throttle_info(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  THROTTLE__BE_TRY(h, throttle__be_info(h, key, out));
   throttle_info_t *info = throttle__malloc(sizeof *info);
   if (info == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
@@ -467,6 +494,7 @@ THROTTLE_EXTERN int throttle_foreach(throttle_t *h,
                                      void *arg) {
   if (h == NULL || fn == NULL)
     return THROTTLE_EINVAL;
+  THROTTLE__BE_TRY(h, throttle__be_foreach(h, fn, arg));
   /* Allocate before locking (never malloc with the mutex held), sized by
    * the keys in use plus room to grow; if more arrived meanwhile, retry
    * with a larger buffer.  A full table costs capacity snapshots, an

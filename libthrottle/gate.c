@@ -45,7 +45,7 @@
  * with keeps its place in the FIFO order.  Rejected: a queue of overflow
  * callers in shared memory (unbounded, and a dead one would block it).
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +64,7 @@ struct throttle_ticket {
   uint32_t slot;
   int probe;
   size_t len;
+  void *be; /* the backend's admission (backend.h), or NULL */
   char key[THROTTLE__KEY_MAX + 1];
 };
 
@@ -640,6 +641,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   memcpy(t->key, key, len);
   t->hash = throttle__hash(h->seed, key, len);
   t->slot = UINT32_MAX;
+  if (h->be != NULL) {
+    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+                            &t->probe, wait_ms);
+    if (rc == 0) {
+      *out = t;
+      return 0;
+    }
+    if (rc != THROTTLE__BE_DOWN) {
+      throttle__free(t);
+      return rc;
+    }
+  }
   return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
 }
 
@@ -721,6 +734,42 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   return s != NULL;
 }
 
+/* A back-off reported through the backend, recorded in the segment too
+ * (as throttle_backoff() does): if the backend goes away, this host's
+ * processes still honour it. */
+static void mirror_publish(throttle_t *h, const throttle_ticket_t *t,
+                           uint64_t ms) {
+  if (throttle__lock(h) != 0)
+    return;
+  uint64_t now = throttle__now_ns();
+  struct throttle__rec *r;
+  if (throttle__insert_locked(h, t->key, t->len, t->hash, now, &r) == 0)
+    throttle__publish_locked(h, r, now,
+                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                 ? UINT64_MAX
+                                 : ms * THROTTLE__NS_PER_MS);
+  throttle__unlock(h);
+}
+
+/* The report of a backend's admission: the backend frees it (also when it
+ * is down: then its liveness lapses), the segment records the back-off. */
+static int report_backend(throttle_t *h, throttle_ticket_t *t,
+                          throttle_outcome_t outcome,
+                          uint64_t retry_after_ms, int bad_outcome) {
+  int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
+  if (publishes(outcome))
+    mirror_publish(h, t,
+                   retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS);
+  throttle__free(t);
+  if (rc == THROTTLE__BE_DOWN)
+    rc = 0;
+  if (rc == 0 && bad_outcome)
+    rc = throttle__fail(h, THROTTLE_EINVAL,
+                        "unknown outcome; the slot was given back as "
+                        "abandoned");
+  return rc;
+}
+
 /* throttle_leave() and throttle_requeue(): report under the mutex.  t is
  * freed unless requeued (then *requeued is set). */
 static int report(throttle_t *h, throttle_ticket_t *t,
@@ -737,6 +786,8 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     retry_after_ms = 0;
     requeue = false;
   }
+  if (t->be != NULL)
+    return report_backend(h, t, outcome, retry_after_ms, bad_outcome);
   int rc = throttle__lock(h);
   if (rc != 0) {
     throttle__free(t);
@@ -789,6 +840,18 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
     return THROTTLE_EINVAL;
   throttle_ticket_t *t = *ticket;
   *ticket = NULL;
+  if (t != NULL && t->h == h && h != NULL && t->be != NULL) {
+    /* On a backend the report frees the place; the caller queues again
+     * (at the back: the backend keeps no place across a report). */
+    char key[THROTTLE__KEY_MAX + 1];
+    throttle_class_t cls = t->cls;
+    memcpy(key, t->key, t->len);
+    key[t->len] = 0;
+    int rc = throttle_leave(h, t, outcome, retry_after_ms);
+    if (rc != 0)
+      return rc;
+    return throttle_enter(h, key, cls, timeout_ms, ticket);
+  }
   bool requeued;
   int rc = report(h, t, outcome, retry_after_ms, true, &requeued);
   if (!requeued)

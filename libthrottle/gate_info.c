@@ -38,11 +38,19 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
       continue;
     uint32_t k = out->nholders++;
     out->holder[k].pid = s->pid;
+    out->holder[k].host[0] = 0; /* this host's */
     out->holder[k].cls = s->cls;
     out->holder[k].probe = r->probe_ticket != 0 && s->ticket == r->probe_ticket;
     out->holder[k].age_ms =
         s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
   }
+}
+
+THROTTLE_EXTERN const char *
+throttle_info_holder_host(const throttle_info_t *info, size_t i) {
+  if (info == NULL || i >= info->nholders)
+    return NULL;
+  return info->holder[i].host;
 }
 
 THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,

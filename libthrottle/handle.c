@@ -2,7 +2,7 @@
  * handle.c — configuration objects, the environment, and the handle's life:
  * open (with the fail-open fallback to private memory), close, unlink.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -26,6 +26,7 @@ THROTTLE_EXTERN void throttle_config_free(throttle_config_t *cfg) {
   if (cfg == NULL)
     return;
   throttle__free(cfg->segment);
+  throttle__free(cfg->backend);
   throttle__free(cfg);
 }
 
@@ -186,6 +187,19 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
 
   uint32_t want_capacity = h->capacity;
   int rc = throttle__segment_open(h, cfg);
+  if (rc == 0 && (rc = throttle__be_open(h, cfg)) != 0) {
+    /* The segment alone serves (I7); the caller hears why. */
+    snprintf(h->open_msg, sizeof h->open_msg, "%s: %s", throttle_err_name(rc),
+             throttle_errmsg(h));
+    if (h->flags & THROTTLE_NO_FALLBACK) {
+      throttle__orphan_msg(h);
+      throttle__segment_close(h);
+      throttle__free(h);
+      return rc;
+    }
+    *out = h;
+    return rc;
+  }
   if (rc == 0) {
     if (bad != NULL)
       snprintf(h->open_msg, sizeof h->open_msg,
@@ -221,6 +235,7 @@ THROTTLE_EXTERN void throttle_close(throttle_t *h) {
   if (h == NULL)
     return;
   throttle__clear_msg(h);
+  throttle__be_close(h);
   throttle__segment_close(h);
   throttle__free(h);
 }

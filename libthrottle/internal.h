@@ -221,6 +221,7 @@ static inline void throttle__rec_flags(struct throttle__rec *r, uint16_t bit,
 
 struct throttle_config {
   char *segment;
+  char *backend; /* URL, or NULL: $THROTTLE_BACKEND (backend.c) */
   uint32_t capacity;
   uint64_t max_delay_ms;
   uint32_t lock_timeout_ms;
@@ -255,6 +256,7 @@ struct throttle {
    * private copy refreshed under ro_lock by throttle__lock (segment.c). */
   const void *ro_src;
   pthread_mutex_t ro_lock;
+  struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
 };
 
 struct throttle_info {
@@ -266,6 +268,7 @@ struct throttle_info {
     uint8_t cls;
     uint8_t probe;
     uint64_t age_ms;
+    char host[64]; /* "" on the segment */
   } holder[THROTTLE__SLOTS];
 };
 

@@ -4,7 +4,7 @@
  * share, pause/resume, and cancel.  Each change wakes the key's waiters so
  * they look at the gate again (gate.c).
  */
-#include "internal.h"
+#include "backend.h"
 
 /* Find or create key, apply fn under the mutex, then let waiters re-check. */
 static int with_key(throttle_t *h, const char *key, bool create,
@@ -51,6 +51,7 @@ THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
                               "max parallel %u: at most %u", n,
                               THROTTLE__SLOTS)
              : THROTTLE_EINVAL;
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_CAP, n, 0));
   return with_key(h, key, true, set_cap, &n);
 }
 
@@ -72,6 +73,7 @@ THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
     return h ? throttle__fail(h, THROTTLE_EINVAL,
                               "rate period must be 1 ms to a year")
              : THROTTLE_EINVAL;
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_RATE, n, period_ms));
   struct rate_arg a = {n, period_ms * THROTTLE__NS_PER_MS};
   return with_key(h, key, true, set_rate, &a);
 }
@@ -89,6 +91,7 @@ THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
                               "backfill share must be within 0 and 1")
              : THROTTLE_EINVAL;
   uint32_t permille = (uint32_t)(share * 1000.0 + 0.5);
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_SHARE, permille, 0));
   return with_key(h, key, true, set_share, &permille);
 }
 
@@ -101,11 +104,13 @@ static void set_paused(struct throttle__rec *r, const void *arg) {
 
 THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key) {
   int on = 1;
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_PAUSE, 0, 0));
   return with_key(h, key, true, set_paused, &on);
 }
 
 THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key) {
   int on = 0;
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_RESUME, 0, 0));
   return with_key(h, key, false, set_paused, &on);
 }
 
@@ -115,6 +120,7 @@ static void do_cancel(struct throttle__rec *r, const void *arg) {
 }
 
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_CANCEL, 0, 0));
   return with_key(h, key, false, do_cancel, NULL);
 }
 

@@ -461,6 +461,7 @@ static void test_backoff_error_names_distinct(void **state) {
   assert_int_equal(THROTTLE_EINTR, -22);
   assert_int_equal(THROTTLE_ESTALE, -23);
   assert_int_equal(THROTTLE_EREADONLY, -24);
+  assert_int_equal(THROTTLE_EBACKEND, -25);
   /* one past the last code, whatever it is now */
   const int unknown[] = {1, -(int)n, -1000, 12345};
   for (size_t i = 0; i < 4; i++) {

@@ -18,6 +18,7 @@ struct holder {
   int64_t pid, age_ms;
   throttle_class_t cls;
   int probe;
+  char host[64]; /* "" for this host's (the segment) */
 };
 
 struct keyrow {
@@ -75,6 +76,8 @@ static int collect(const throttle_info_t *info, void *arg) {
     if (throttle_info_holder(info, i, &hd.pid, &hd.age_ms, &hd.cls,
                              &hd.probe) != 0)
       break;
+    const char *host = throttle_info_holder_host(info, i);
+    snprintf(hd.host, sizeof hd.host, "%s", host != NULL ? host : "");
     if (grow_holders(rows) != 0)
       return 1;
     rows->hv[rows->hn++] = hd;
@@ -118,9 +121,14 @@ static void key_json(FILE *f, const struct rows *rows,
     const struct holder *hd = &rows->hv[row->hfirst + i];
     fprintf(f,
             "%s{\"pid\":%lld,\"class\":\"%s\",\"age_ms\":%lld,"
-            "\"probe\":%s}",
+            "\"probe\":%s",
             i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
             (long long)hd->age_ms, hd->probe ? "true" : "false");
+    if (hd->host[0] != 0) {
+      fputs(",\"host\":", f);
+      ctl_json_string(f, hd->host);
+    }
+    fputc('}', f);
   }
   fputs("]}", f);
 }
@@ -253,6 +261,10 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
     ctl_say("out of memory");
     return XIT_FAIL;
   }
+  if (strcmp(throttle_backend(c->h), "shm") != 0)
+    printf("backend %s: keys across hosts; this host's segment serves while "
+           "it is away\n",
+           throttle_backend(c->h));
   printf("segment %s%s: %u/%u keys, %llu evictions, %llu repairs\n",
          c->segname, c->readonly ? " (read-only)" : "", used, cap,
          (unsigned long long)evictions, (unsigned long long)repairs);
@@ -284,6 +296,8 @@ int ctl_cmd_ls(struct ctx *c) {
   }
   printf("{\"schema\":%d,\"segment\":", CTL_JSON_SCHEMA);
   ctl_json_string(stdout, c->segname);
+  fputs(",\"backend\":", stdout);
+  ctl_json_string(stdout, throttle_backend(c->h));
   printf(",\"readonly\":%s,\"capacity\":%u,\"used\":%u,\"evictions\":%llu,"
          "\"repairs\":%llu,\"keys\":[",
          c->readonly ? "true" : "false", cap, used,
@@ -306,14 +320,17 @@ static int holders_text(const struct rows *rows, const struct keyrow *row) {
     printf("holders: none\n");
     return 0;
   }
-  static const bool right[4] = {true, false, true, false};
-  static char *const head[4] = {"PID", "CLASS", "AGE", ""};
-  struct ctl_table t = {.ncols = 4, .right = right};
+  static const bool right[5] = {true, false, true, false, false};
+  static char *const head[5] = {"PID", "CLASS", "AGE", "", "HOST"};
+  /* The HOST column only for holders of other hosts (a backend). */
+  bool hosts = rows->hv[row->hfirst].host[0] != 0;
+  struct ctl_table t = {.ncols = hosts ? 5 : 4, .right = right};
   int rc = ctl_table_add(&t, head);
   for (size_t i = 0; i < row->hcount && rc == 0; i++) {
     const struct holder *hd = &rows->hv[row->hfirst + i];
-    char pid[24], cls[16], age[32], probe[8];
-    char *cells[4] = {pid, cls, age, probe};
+    char pid[24], cls[16], age[32], probe[8], host[64];
+    char *cells[5] = {pid, cls, age, probe, host};
+    snprintf(host, sizeof host, "%s", hd->host);
     snprintf(pid, sizeof pid, "%lld", (long long)hd->pid);
     snprintf(cls, sizeof cls, "%s", ctl_class_name(hd->cls));
     ctl_human_ms(hd->age_ms, false, age, sizeof age);

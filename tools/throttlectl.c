@@ -305,6 +305,10 @@ static void help_main(FILE *f) {
   fprintf(f, "\noptions:\n"
              "  --segment NAME  the shm segment (default: $THROTTLE_SEGMENT, "
              "else the per-user one)\n"
+             "  --backend URL   shm (default: $THROTTLE_BACKEND, else shm), "
+             "redis://[:PW@]HOST[:PORT][/DB]\n"
+             "                  or unix:///PATH[?db=N]: share keys across "
+             "hosts through Redis\n"
              "  -h, --help      this help; COMMAND --help for one command\n"
              "  --version       print the version\n"
              "\nexit status: 0 success, 1 failure, 64 usage error, "
@@ -480,7 +484,8 @@ static bool match_short(const char *a, const char *name, bool takes_arg,
 
 enum { PARSED_HELP = -1 };
 
-/* Options every command takes, wherever they appear: --segment, --help.
+/* Options every command takes, wherever they appear: --segment, --backend,
+ * --help.
  * Returns 1 when a is one (consumed), 0 when it is not, PARSED_HELP, or
  * XIT_USAGE. */
 static int common_option(struct ctx *c, int argc, char **argv, int *i) {
@@ -492,6 +497,18 @@ static int common_option(struct ctx *c, int argc, char **argv, int *i) {
     if (option_arg(c->cmd, "--segment", inl, argc, argv, i, &v) != 0)
       return XIT_USAGE;
     c->segment = v;
+    return 1;
+  }
+  if (match_option(a, "--backend", &inl)) {
+    /* Through the environment, so that the library reads it like any
+     * program's and a command run by `run` inherits it. */
+    const char *v = NULL;
+    if (option_arg(c->cmd, "--backend", inl, argc, argv, i, &v) != 0)
+      return XIT_USAGE;
+    if (v == NULL || setenv("THROTTLE_BACKEND", v, 1) != 0) {
+      ctl_say("out of memory");
+      return XIT_USAGE;
+    }
     return 1;
   }
   return 0;

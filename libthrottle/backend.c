@@ -1,0 +1,273 @@
+/*
+ * backend.c — choosing and loading a backend other than the segment: the
+ * THROTTLE_BACKEND switch, dlopen() of the module, and the wrappers the
+ * public entry points call first (backend.h).  The core keeps depending on
+ * libc and pthreads only; the module brings its own client library.
+ *
+ * Where the module is found: $THROTTLE_BACKEND_MODULE (a path), else next
+ * to the object that holds this code (the installed libthrottle.so.1, or a
+ * statically linked program such as throttlectl), else by its soname
+ * through the dynamic loader's search.  Whatever the backend, the handle
+ * keeps its segment: calls the backend cannot serve (it is unreachable)
+ * are served there, for this host's processes (I7).
+ */
+#include "backend.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MODULE_SONAME "libthrottle-redis.so.1"
+
+struct throttle__be {
+  char shown[512]; /* the URL, password masked */
+  void *dl;
+  const struct throttle__backend *ops;
+  void *state;
+  _Atomic int down; /* the last call was served by the segment */
+};
+
+THROTTLE_EXTERN int throttle_config_set_backend(throttle_config_t *cfg,
+                                                const char *url) {
+  if (cfg == NULL || url == NULL || *url == 0 || strlen(url) > 500)
+    return THROTTLE_EINVAL;
+  char *copy = throttle__strdup(url);
+  if (copy == NULL)
+    return THROTTLE_ENOMEM;
+  throttle__free(cfg->backend);
+  cfg->backend = copy;
+  return 0;
+}
+
+static void *load_module(char *why, size_t len) {
+  const char *path = getenv("THROTTLE_BACKEND_MODULE");
+  if (path != NULL && *path != 0) {
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL)
+      snprintf(why, len, "%s", dlerror());
+    return dl;
+  }
+  Dl_info di;
+  if (dladdr((void *)throttle_open, &di) != 0 && di.dli_fname != NULL) {
+    char dir[4096], full[4200];
+    snprintf(dir, sizeof dir, "%s", di.dli_fname);
+    snprintf(full, sizeof full, "%s/%s", dirname(dir), MODULE_SONAME);
+    void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+    if (dl != NULL)
+      return dl;
+  }
+  void *dl = dlopen(MODULE_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (dl == NULL)
+    snprintf(why, len, "%s", dlerror());
+  return dl;
+}
+
+/* 0 when no backend is asked for or it was loaded; else the error, with
+ * its message, and the handle goes on with its segment alone. */
+int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
+  const char *url = cfg != NULL ? cfg->backend : NULL;
+  if (url == NULL)
+    url = getenv("THROTTLE_BACKEND");
+  if (url == NULL || *url == 0 || strcmp(url, "shm") == 0)
+    return 0;
+  char why[512] = "";
+  if (strncmp(url, "redis://", 8) != 0 && strncmp(url, "unix://", 7) != 0)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "THROTTLE_BACKEND: '%.200s' is not redis://..., "
+                          "unix://... or shm",
+                          url);
+  struct throttle__be *be = throttle__calloc(1, sizeof *be);
+  if (be == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  be->dl = load_module(why, sizeof why);
+  if (be->dl == NULL) {
+    throttle__free(be);
+    return throttle__fail(h, THROTTLE_EBACKEND,
+                          "%s: cannot load " MODULE_SONAME " (%.300s); "
+                          "install it or set THROTTLE_BACKEND_MODULE",
+                          url, why);
+  }
+  be->ops = dlsym(be->dl, THROTTLE__BACKEND_SYMBOL);
+  if (be->ops == NULL || be->ops->abi != THROTTLE__BACKEND_ABI) {
+    dlclose(be->dl);
+    throttle__free(be);
+    return throttle__fail(h, THROTTLE_EBACKEND,
+                          "%s: " MODULE_SONAME " is not a backend of this "
+                          "libthrottle (ABI %u)",
+                          url, THROTTLE__BACKEND_ABI);
+  }
+  struct throttle__be_params p = {
+      .url = url,
+      .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
+      .lease_ms = h->lease_ms,
+      .info_size = (uint32_t)sizeof(throttle_info_t),
+      .intr = h->intr,
+      .intr_arg = h->intr_arg,
+      .intr_period_ms = h->intr_period_ns / THROTTLE__NS_PER_MS,
+  };
+  int rc = be->ops->open(&p, &be->state, why, sizeof why);
+  if (rc != 0) {
+    dlclose(be->dl);
+    throttle__free(be);
+    return throttle__fail(h, rc, "%s", why);
+  }
+  /* redis://:PASSWORD@HOST -> redis://:***@HOST */
+  const char *at = strchr(url, '@');
+  const char *colon = strstr(url, "://:");
+  if (at != NULL && colon != NULL && colon < at)
+    snprintf(be->shown, sizeof be->shown, "%.*s:***%s", (int)(colon + 3 - url),
+             url, at);
+  else
+    snprintf(be->shown, sizeof be->shown, "%s", url);
+  h->be = be;
+  return 0;
+}
+
+THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h) {
+  return h != NULL && h->be != NULL ? h->be->shown : "shm";
+}
+
+void throttle__be_close(throttle_t *h) {
+  struct throttle__be *be = h->be;
+  if (be == NULL)
+    return;
+  be->ops->close(be->state);
+  /* The module stays mapped: a heartbeat thread of another handle, or a
+   * ticket's code, may still be in it; dlclose() would gain nothing. */
+  throttle__free(be);
+  h->be = NULL;
+}
+
+/* The public answer for a backend's answer; DOWN passes through, with a
+ * notice the first time (throttle_errmsg() shows it until Redis is back). */
+static int result(throttle_t *h, int rc) {
+  struct throttle__be *be = h->be;
+  if (rc == THROTTLE__BE_DOWN) {
+    if (!atomic_exchange(&be->down, 1))
+      snprintf(h->open_msg, sizeof h->open_msg, "%s",
+               be->ops->errmsg(be->state));
+    return rc;
+  }
+  if (atomic_exchange(&be->down, 0))
+    h->open_msg[0] = 0;
+  if (rc < 0)
+    return throttle__fail(h, rc, "%s", be->ops->errmsg(be->state));
+  throttle__clear_msg(h);
+  return rc;
+}
+
+/* Key checks are the core's: a key the segment refuses is refused here. */
+#define CHECK_KEY(h, key)                                                      \
+  do {                                                                         \
+    size_t len_;                                                               \
+    int krc_ = throttle__check_key((h), (key), &len_);                         \
+    if (krc_ != 0)                                                             \
+      return krc_;                                                             \
+  } while (0)
+
+/* A read-only handle (THROTTLE_READONLY) changes nothing anywhere: its
+ * changing calls go to the segment, which refuses them. */
+#define READ_ONLY_STAYS(h)                                                     \
+  do {                                                                         \
+    if ((h)->ro_src != NULL)                                                   \
+      return THROTTLE__BE_DOWN;                                                \
+  } while (0)
+
+int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms) {
+  READ_ONLY_STAYS(h);
+  CHECK_KEY(h, key);
+  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms));
+}
+
+int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
+  CHECK_KEY(h, key);
+  return result(h, h->be->ops->remaining(h->be->state, key, ms));
+}
+
+/* What this host was told and the backend may have lost (a restart, a
+ * failover, an outage the segment served): published again before a
+ * wait or an admission.  Only ever later there, so it costs nothing when
+ * the backend knows already, and one extra call only while it is pending
+ * here. */
+static void heal(throttle_t *h, const char *key) {
+  uint64_t ms = throttle__segment_remaining(h, key);
+  if (ms > 0)
+    (void)h->be->ops->backoff(h->be->state, key, ms);
+}
+
+int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms) {
+  CHECK_KEY(h, key);
+  heal(h, key);
+  return result(h, h->be->ops->wait(h->be->state, key, timeout_ms));
+}
+
+int throttle__be_enter(throttle_t *h, const char *key, int cls,
+                       uint64_t timeout_ms, int nowait, void **tk, int *probe,
+                       uint64_t *wait_ms) {
+  READ_ONLY_STAYS(h);
+  /* While the backend comes back, some of this host's callers may still
+   * be in the segment's gate: one of them told "come back later" after
+   * this caller's heal must hold it too, so an admission is checked
+   * against the segment once more (a lock-free read) and handed back if
+   * the segment closed meanwhile. */
+  for (int tries = 0;; tries++) {
+    heal(h, key);
+    int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
+                               probe, wait_ms);
+    uint64_t ms;
+    if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
+      return result(h, rc);
+    (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED, 0);
+    *tk = NULL;
+    if (nowait) {
+      if (wait_ms != NULL)
+        *wait_ms = ms;
+      return throttle__fail(h, THROTTLE_EWOULDBLOCK, "%s: not admitted now",
+                            key);
+    }
+  }
+}
+
+int throttle__be_leave(throttle_t *h, void *tk, int outcome,
+                       uint64_t retry_after_ms) {
+  return result(h,
+                h->be->ops->leave(h->be->state, tk, outcome, retry_after_ms));
+}
+
+int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,
+                     uint64_t b) {
+  READ_ONLY_STAYS(h);
+  CHECK_KEY(h, key);
+  return result(h, h->be->ops->set(h->be->state, key, what, a, b));
+}
+
+int throttle__be_clear(throttle_t *h, const char *key) {
+  READ_ONLY_STAYS(h);
+  if (key != NULL)
+    CHECK_KEY(h, key);
+  return result(h, h->be->ops->clear(h->be->state, key));
+}
+
+int throttle__be_info(throttle_t *h, const char *key, throttle_info_t **out) {
+  CHECK_KEY(h, key);
+  throttle_info_t *info = throttle__malloc(sizeof *info);
+  if (info == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  int rc = result(h, h->be->ops->info(h->be->state, key, info));
+  if (rc == 0)
+    *out = info;
+  else
+    throttle__free(info);
+  return rc;
+}
+
+int throttle__be_foreach(throttle_t *h,
+                         int (*fn)(const throttle_info_t *, void *),
+                         void *arg) {
+  int rc = h->be->ops->foreach(h->be->state, fn, arg);
+  /* fn's own non-zero value is returned as it is */
+  if (rc == THROTTLE__BE_DOWN || rc == 0)
+    return result(h, rc);
+  return rc;
+}

@@ -1,0 +1,123 @@
+/*
+ * backend.h — the seam between the core and a backend other than the
+ * host's shared-memory segment (today: Redis, libthrottle-redis.so.1).
+ *
+ * The core (libc + pthreads only) dlopen()s a backend module when
+ * THROTTLE_BACKEND or throttle_config_set_backend() names one, looks up
+ * the one symbol THROTTLE__BACKEND_SYMBOL in it, and from then on every
+ * public entry point asks the table below first.  A backend carries the
+ * storage and the waking of a key's gate across hosts; the rules (who is
+ * admitted, when a probe goes, how a cap is learned) are gate.c's, and a
+ * backend that must run them atomically on its server says in its own
+ * header which of them it mirrors (redis.h).
+ *
+ * Every function returns what the public function it stands for returns
+ * (0 or a THROTTLE_E* code), or THROTTLE__BE_DOWN: the backend cannot be
+ * reached now, and the core serves the call from the host's segment, so
+ * an outage of the backend narrows the contracts to one host (I7) instead
+ * of stopping the fleet.  A message for throttle_errmsg() is left in the
+ * buffer the module's errmsg() returns (per thread).
+ *
+ * The module is built from this tree: THROTTLE__BACKEND_ABI changes with
+ * any change of this table or of struct throttle_info, and a module of
+ * another ABI is refused at open.  Rejected: linking hiredis into the
+ * core (every user would pull it in, I7's "libc + pthreads" would go), and
+ * a home-made network protocol (operators already run Redis).
+ */
+#ifndef THROTTLE_BACKEND_H
+#define THROTTLE_BACKEND_H
+
+#include "internal.h"
+
+#define THROTTLE__BACKEND_ABI 1u
+#define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
+#define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
+
+/* What the core hands a backend at open. */
+struct throttle__be_params {
+  const char *url;        /* as the user gave it */
+  uint64_t max_delay_ms;  /* this process's maximum delay */
+  uint32_t lease_ms;      /* this process's lease */
+  uint32_t info_size;     /* sizeof(throttle_info_t), checked by the module */
+  /* throttle_config_set_interrupt(): asked at least every intr_period_ms
+   * while a call waits; non-zero ends the wait with THROTTLE_EINTR. */
+  int (*intr)(void *arg);
+  void *intr_arg;
+  uint64_t intr_period_ms;
+};
+
+/* Setting kinds for set(). */
+enum {
+  THROTTLE__BE_CAP,    /* a = n (0 = auto) */
+  THROTTLE__BE_RATE,   /* a = n, b = period ms */
+  THROTTLE__BE_SHARE,  /* a = permille */
+  THROTTLE__BE_PAUSE,
+  THROTTLE__BE_RESUME, /* THROTTLE_ENOKEY for an unknown key */
+  THROTTLE__BE_CANCEL, /* THROTTLE_ENOKEY for an unknown key */
+};
+
+struct throttle__backend {
+  uint32_t abi; /* THROTTLE__BACKEND_ABI */
+  const char *name;
+  /* 0 and *be set, or an error (bad URL: THROTTLE_EINVAL) with a message
+   * in msg.  Reachability is not checked here: an unreachable server only
+   * means THROTTLE__BE_DOWN from the calls. */
+  int (*open)(const struct throttle__be_params *p, void **be, char *msg,
+              size_t msglen);
+  void (*close)(void *be);
+  const char *(*errmsg)(void *be);
+  int (*backoff)(void *be, const char *key, uint64_t delay_ms);
+  int (*remaining)(void *be, const char *key, uint64_t *ms_left);
+  int (*wait)(void *be, const char *key, uint64_t timeout_ms);
+  /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
+   * backend's ticket, *probe whether it is the probe. */
+  int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
+               int nowait, void **tk, int *probe, uint64_t *wait_ms);
+  /* Frees tk whatever it returns. */
+  int (*leave)(void *be, void *tk, int outcome, uint64_t retry_after_ms);
+  int (*set)(void *be, const char *key, int what, uint64_t a, uint64_t b);
+  /* key NULL: every key (throttle_reset). */
+  int (*clear)(void *be, const char *key);
+  int (*info)(void *be, const char *key, throttle_info_t *out);
+  int (*foreach)(void *be, int (*fn)(const throttle_info_t *, void *),
+                 void *arg);
+};
+
+/* ---- the core's side (backend.c) -------------------------------------
+ * Each wrapper validates like the public call, asks the backend, and turns
+ * its answer into the public one (message included); THROTTLE__BE_DOWN
+ * means "serve this call from the segment", and the first one after a
+ * working call leaves a notice for throttle_errmsg(). */
+struct throttle__be;
+
+/* At the top of a public entry point: let the backend answer, unless it
+ * is down (then the segment does). */
+#define THROTTLE__BE_TRY(h, call)                                              \
+  do {                                                                         \
+    if ((h) != NULL && (h)->be != NULL) {                                      \
+      int brc_ = (call);                                                       \
+      if (brc_ != THROTTLE__BE_DOWN)                                           \
+        return brc_;                                                           \
+    }                                                                          \
+  } while (0)
+int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
+/* backoff.c: the segment's own ms left for key (0 = open). */
+uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
+void throttle__be_close(throttle_t *h);
+int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
+int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);
+int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms);
+int throttle__be_enter(throttle_t *h, const char *key, int cls,
+                       uint64_t timeout_ms, int nowait, void **tk, int *probe,
+                       uint64_t *wait_ms);
+int throttle__be_leave(throttle_t *h, void *tk, int outcome,
+                       uint64_t retry_after_ms);
+int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,
+                     uint64_t b);
+int throttle__be_clear(throttle_t *h, const char *key);
+int throttle__be_info(throttle_t *h, const char *key, throttle_info_t **out);
+int throttle__be_foreach(throttle_t *h,
+                         int (*fn)(const throttle_info_t *, void *),
+                         void *arg);
+
+#endif

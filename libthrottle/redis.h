@@ -1,0 +1,131 @@
+/*
+ * redis.h — libthrottle-redis.so.1: the contracts across hosts on Redis,
+ * loaded by the core through backend.h when THROTTLE_BACKEND names
+ * redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:///PATH[?db=N].
+ *
+ * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
+ * place that lists them).  Each operation is one Lua script, so a rule
+ * that needs several reads and writes runs atomically on the server:
+ *   - not-before only moves later: max(current, now + min(delay, caller's
+ *     max delay)); a reader clamps a stored value to its own max delay
+ *     without rewriting it (gate.c publish / table.c clamp).
+ *   - one probe per lock episode: a back-off opens an episode; while its
+ *     probe holds a slot nobody else is admitted; an OK from the probe ends
+ *     it; a reclaimed probe lets the next waiter probe (gate.c grant).
+ *   - FIFO cap, live before backfill, backfill share of the cap (at least
+ *     one slot when the share is > 0), GCRA rate with burst n, pause
+ *     (gate.c grant_locked, rate_allows, backfill_cap).
+ *   - the learned cap: slow start to the first refusal, halving on a
+ *     LOCKED with others in flight, growth after 64 * cap * 2^fails
+ *     successes at the cap (gate.c learn_locked).
+ *   - cancel ends the current waiters only; later callers are unaffected.
+ * What differs, and why: Redis is the only clock (scripts read TIME and
+ * return relative delays; clients sleep on their own monotonic clock);
+ * dead holders are told by a liveness record each holder refreshes (a
+ * pid means nothing on another host), not by /proc; admissions are fenced
+ * by numbers that never repeat, and a report with a fence that no longer
+ * holds a slot can only push the not-before later.
+ *
+ * Keys.  All keys of one root scope (the key up to its first '/') share
+ * one hash tag, thr1:{ROOT}:..., so one script can touch a table and,
+ * later, the scopes and pools above it atomically, on Redis Cluster too.
+ * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
+ * non-printing bytes), so braces in a name cannot move the tag.
+ *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
+ *                    learned cap, counters, the fence counter, and the
+ *                    holders as fields h:FENCE -> class probe concurrent
+ *                    since live_until lease_until lease liveness host pid
+ *                    (one key: an uncontended admission is one read and
+ *                    one write of it)
+ *   thr1:{R}:w:KEY   waiters in arrival order (zset, score = id)
+ *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
+ *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
+ *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
+ * Every key has a TTL (a day past its not-before and leases by default),
+ * so idle keys disappear; settings of an idle key go with it.
+ *
+ * Rejected: pub/sub for wake-ups (a message sent while a subscriber
+ * reconnects is lost; a list survives it, and a lost push costs one
+ * re-check at the bounded BLPOP timeout, never a hang); client clocks in
+ * scores; a second connection per waiter for BLPOP (the pool lends one).
+ */
+#ifndef THROTTLE_REDIS_H
+#define THROTTLE_REDIS_H
+
+#include "backend.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+
+#define RDS_POOL_MAX 8
+#define RDS_DEFAULT_TIMEOUT_MS 250u
+#define RDS_DEFAULT_LIVENESS_MS 10000u
+#define RDS_DEFAULT_TTL_MS UINT64_C(86400000)
+#define RDS_RETRY_MS 1000u /* after a failure, the segment serves this long */
+#define RDS_MAX_SLEEP_MS 1000u /* no waiter polls more than about 1/s */
+#define RDS_MIN_SLEEP_MS 10u   /* never a zero or sub-ms BLPOP timeout */
+
+enum rds_script {
+  RDS_ENTER, RDS_LEAVE, RDS_PEEK, RDS_SET, RDS_INFO, RDS_BEAT, RDS_NSCRIPTS
+};
+
+struct rds_ticket {
+  struct rds_ticket *next; /* in the handle's list of held tickets */
+  char fence[32];
+  int lapsed; /* the heartbeat found it gone */
+  char key[THROTTLE__KEY_MAX + 1];
+};
+
+struct rds {
+  /* where */
+  char url[512];
+  char host[256];
+  char path[256]; /* unix socket, or "" */
+  int port;
+  int db;
+  char password[128];
+  /* how */
+  uint32_t timeout_ms;  /* connect and command */
+  uint32_t liveness_ms; /* a dead holder is reclaimed within this */
+  uint64_t ttl_ms;
+  uint64_t max_delay_ms;
+  uint32_t lease_ms;
+  int (*intr)(void *arg); /* the caller's interrupt check, or NULL */
+  void *intr_arg;
+  uint64_t intr_period_ms;
+  char me[300]; /* hostname, for info and listings */
+  /* connections */
+  pthread_mutex_t mu;
+  redisContext *pool[RDS_POOL_MAX];
+  int npool;
+  pid_t pid; /* owner of the pool: a forked child starts afresh */
+  char sha[RDS_NSCRIPTS][41];
+  uint64_t down_until; /* monotonic ms; the segment serves until then */
+  /* held admissions, kept alive by the heartbeat thread */
+  struct rds_ticket *held;
+  pthread_t beat;
+  pthread_cond_t beat_cv;
+  int beat_running, stopping;
+};
+
+/* redis_conn.c */
+int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len);
+uint64_t rds_mono_ms(void);
+void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *rds_lastmsg(void);
+redisContext *rds_get(struct rds *r);
+/* redisCommandArgv() without SIGPIPE (see redis_conn.c). */
+redisReply *rds_command(redisContext *c, int argc, const char **argv);
+void rds_put(struct rds *r, redisContext *c, int ok);
+void rds_pool_free(struct rds *r);
+void rds_key(char *out, size_t len, const char *kind, const char *key);
+redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
+                     const char *key, int argc, const char **argv);
+redisReply *rds_blpop(struct rds *r, redisContext *c, const char *key,
+                      const char *id, uint64_t ms);
+int rds_down(struct rds *r, redisContext *c, const char *what);
+
+/* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
+extern const char *const rds_scripts[RDS_NSCRIPTS];
+
+#endif

@@ -1,0 +1,62 @@
+-- enter: ARGV 5.. wid (0 = arrive now), class, lease ms, liveness ms, host,
+-- pid, nowait (1/0), ms left before the caller's deadline (-1 = none).
+-- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
+-- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
+-- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
+-- and not waiting (nowait, or the not-before lies past the deadline).
+local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
+local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
+local fresh = wid == '0'
+if fresh and redis.call('ZCARD', W) == 0 then
+  -- the uncontended path: try it before registering (and reaping)
+  wid = fence()
+  pending = {wid, rec}
+  grant(wid)
+  if not pending then
+    store()
+    return {0, wid, s['probe'] == wid and 1 or 0, 0}
+  end
+  pending = nil
+end
+touched[W], touched[WI] = true, true
+reap()
+if fresh then
+  if wid == '0' then wid = fence() end
+  redis.call('ZADD', W, wid, wid)
+else
+  local v = redis.call('HGET', WI, wid)
+  if not v then
+    store()
+    if hget(wid) then
+      return {0, wid, s['probe'] == wid and 1 or 0, 0}
+    end
+    return {3, wid, 0, 0}
+  end
+  if words(v)[7] == 'c' then
+    redis.call('HDEL', WI, wid)
+    redis.call('ZREM', W, wid)
+    inc('canceled')
+    store()
+    return {2, wid, 0, 0}
+  end
+end
+redis.call('HSET', WI, wid, table.concat(rec, ' '))
+local nxt = grant(wid)
+if hget(wid) then
+  store()
+  return {0, wid, s['probe'] == wid and 1 or 0, 0}
+end
+local nb = clamp_nb()
+local hint = -1
+if nxt then hint = nxt - now end
+if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
+  redis.call('HDEL', WI, wid)
+  redis.call('ZREM', W, wid)
+  grant(nil)
+  store()
+  if nb > now then hint = nb - now else hint = 0 end
+  return {4, wid, 0, hint}
+end
+store()
+return {1, wid, 0, hint}

@@ -1,0 +1,31 @@
+-- info: no ARGV beyond the common ones.  Returns -1 for a key that does
+-- not exist, else {fields in throttle_field_t order up to PERMANENT,
+-- then one 'pid age_ms cls probe host' string per holder}.
+if redis.call('EXISTS', K) == 0 then return -1 end
+reap()
+local nb = clamp_nb()
+local left = 0
+if nb > now then left = nb - now end
+local wl, wb = 0, 0
+for _, v in ipairs(redis.call('HVALS', WI)) do
+  local w = words(v)
+  if w[7] == 'w' then
+    if w[1] == '0' then wl = wl + 1 else wb = wb + 1 end
+  end
+end
+local hs = {}
+for _, hv in ipairs(holders()) do hs[#hs + 1] = hv[2] end
+local probe = s['probe'] or '0'
+local out = {left, g('publishes'), g('waits'), g('waited_ms'), g('last_delay'),
+  g('last_pid'), now - g('last_use'), g('clears'), #hs, cap_of(),
+  g('fixed_cap') == 0 and 1 or 0, wl, wb, probe ~= '0' and 1 or 0,
+  g('episode'), g('paused'), g('rate_n'), g('rate_period'), share_of(),
+  g('admitted'), g('locked'), g('probes'), g('reclaims'), g('canceled'),
+  g('permanent')}
+for i = 1, #out do out[i] = fmt(out[i]) end
+for _, v in ipairs(hs) do
+  local w = words(v)
+  out[#out + 1] = table.concat({w[10], fmt(now - tonumber(w[4])), w[1], w[2], w[9]}, ' ')
+end
+store()
+return out

@@ -1,0 +1,59 @@
+-- leave: ARGV 5.. fence, outcome (throttle_outcome_t), retry-after ms
+-- (0 = the default), pid, and 'pub' for a plain throttle_backoff() (the
+-- delay as given, no outcome counted).  Returns {1} when the fence no longer held a
+-- slot (lapsed or reclaimed): its report then only pushes the not-before
+-- later; it frees nothing and ends no probe's episode.  {0} otherwise.
+local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local plain = ARGV[9] == 'pub'
+local v = hget(id)
+local publish_it = outcome == 1 or outcome == 2 or outcome == 3
+if v then
+  local w = words(v)
+  local concurrent = tonumber(w[3]) or 0
+  local others = #holders() - 1
+  del('h:' .. id)
+  local was_probe = s['probe'] == id
+  if was_probe then
+    p('probe', '0')
+    for _, x in ipairs(redis.call('ZRANGE', X, 0, -1)) do push(x) end
+    if outcome == 0 then p('episode', 0) end
+  end
+  -- learning the cap (gate.c learn_locked)
+  if g('fixed_cap') == 0 then
+    local c = g('auto_cap')
+    if c < 1 or c > SLOTS then c = 1 end
+    local fails = g('auto_fails')
+    if fails > MAX_FAILS then fails = MAX_FAILS end
+    local ss = g('auto_ssthresh')
+    if outcome == 0 and concurrent >= c then
+      if c > ss then fails = 0 end
+      local oks = g('auto_oks') + 1
+      local need = 1
+      if ss ~= 0 then need = 64 * c * (2 ^ fails) end
+      if oks >= need and c < SLOTS then c = c + 1; oks = 0 end
+      p('auto_oks', oks)
+    elseif outcome == 1 and others > 0 then
+      if ss ~= 0 and c > ss and fails < MAX_FAILS then fails = fails + 1 end
+      c = math.floor(c / 2)
+      if c < 1 then c = 1 end
+      ss = c
+      p('auto_ssthresh', ss)
+      p('auto_oks', 0)
+    end
+    p('auto_cap', c)
+    p('auto_fails', fails)
+  end
+end
+if outcome == 1 and not plain then inc('locked') end
+if outcome == 4 then inc('permanent') end
+if publish_it then
+  if ms == 0 and not plain then ms = DEFAULT_DELAY end
+  publish(ms, pid)
+end
+if redis.call('ZCARD', W) > 0 then
+  reap()
+  grant(nil)
+end
+store()
+if v then return {0} end
+return {1}

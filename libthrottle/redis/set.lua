@@ -1,0 +1,42 @@
+-- set: ARGV 5.. what (cap, rate, share, pause, resume, cancel, clear,
+-- wait), a, b.  Returns 0, or -1 when the key does not exist and the
+-- operation needs it (resume, cancel, clear).
+local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local exists = redis.call('EXISTS', K) == 1
+touched[W], touched[WI], touched[X] = true, true, true
+if (what == 'resume' or what == 'cancel' or what == 'clear') and not exists then
+  return -1
+end
+if what == 'cap' then
+  p('fixed_cap', a)
+elseif what == 'rate' then
+  p('rate_n', a); p('rate_period', a > 0 and b or 0); p('rate_tat', 0)
+elseif what == 'share' then
+  p('share', a); p('share_set', 1)
+elseif what == 'pause' then
+  p('paused', 1)
+elseif what == 'resume' then
+  p('paused', 0)
+elseif what == 'cancel' then
+  p('cancel_gen', g('cancel_gen') + 1)
+  local ws = redis.call('HGETALL', WI)
+  for i = 1, #ws, 2 do
+    local w = words(ws[i + 1])
+    if w[7] == 'w' then
+      w[7] = 'c'
+      redis.call('HSET', WI, ws[i], table.concat(w, ' '))
+    end
+  end
+elseif what == 'clear' then
+  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears')
+elseif what == 'wait' then
+  -- a caller that had to sleep: counters only
+  inc('waits'); p('waited_ms', g('waited_ms') + a)
+  store()
+  return 0
+end
+reap()
+grant(nil)
+wake_all()
+store()
+return 0

@@ -1,0 +1,695 @@
+/*
+ * redis_ops.c — the Redis backend's operations (backend.h's table): each is
+ * one script call (libthrottle/redis/) plus, for the calls that wait, bounded
+ * BLPOPs on the caller's own list; and the heartbeat that keeps the
+ * liveness records of this process's admissions fresh.
+ *
+ * Waiting: the script answers "wait" with the time until the gate may open
+ * by time alone, relative to Redis's clock; the caller sleeps on its own
+ * list for that long plus jitter (at most RDS_MAX_SLEEP_MS), so a grant,
+ * clear, resume or cancel wakes it at once, and a lost push costs one
+ * re-check.  Each re-check refreshes the waiter's liveness record, so a
+ * waiter that died is dropped within the liveness bound.
+ *
+ * The heartbeat is one thread per handle, started at the first admission,
+ * refreshing every held admission every liveness/4 on a connection of its
+ * own; a holder that dies stops it, and its slot is reclaimed by the next
+ * grant after liveness ms.  Rejected: refreshing from the caller's thread
+ * (a loader blocked in a long request makes no calls).
+ */
+#include "redis.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The module links nothing of the core (a static throttlectl exports no
+ * symbols to it), hence its own copy of the core's env_number(). */
+static uint64_t env_ms(const char *var, uint64_t def, uint64_t lo,
+                       uint64_t hi) {
+  const char *v = getenv(var);
+  if (v == NULL || *v == 0)
+    return def;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno != 0 || *end != 0 || v[0] == '-' || n < lo || n > hi)
+    return def;
+  return n;
+}
+
+static int rds_open(const struct throttle__be_params *p, void **out,
+                    char *msg, size_t len) {
+  if (p->info_size != sizeof(throttle_info_t)) {
+    snprintf(msg, len, "backend module built for another libthrottle");
+    return THROTTLE_EINVAL;
+  }
+  struct rds *r = calloc(1, sizeof *r);
+  if (r == NULL) {
+    snprintf(msg, len, "out of memory");
+    return THROTTLE_ENOMEM;
+  }
+  int rc = rds_parse_url(r, p->url, msg, len);
+  if (rc != 0) {
+    free(r);
+    return rc;
+  }
+  r->timeout_ms = (uint32_t)env_ms("THROTTLE_REDIS_TIMEOUT_MS",
+                                   RDS_DEFAULT_TIMEOUT_MS, 1, 60000);
+  r->liveness_ms = (uint32_t)env_ms("THROTTLE_LIVENESS_MS",
+                                    RDS_DEFAULT_LIVENESS_MS, 100, 3600000);
+  r->ttl_ms = env_ms("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
+                     UINT64_C(86400000) * 366);
+  r->max_delay_ms = p->max_delay_ms;
+  r->lease_ms = p->lease_ms;
+  r->intr = p->intr;
+  r->intr_arg = p->intr_arg;
+  r->intr_period_ms = p->intr_period_ms ? p->intr_period_ms : 1;
+  if (gethostname(r->me, sizeof r->me - 1) != 0 || r->me[0] == 0)
+    snprintf(r->me, sizeof r->me, "unknown");
+  for (char *c = r->me; *c; c++)
+    if (*c == ' ')
+      *c = '_';
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->beat_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  r->pid = getpid();
+  *out = r;
+  return 0;
+}
+
+static void rds_close(void *be) {
+  struct rds *r = be;
+  if (r == NULL)
+    return;
+  pthread_mutex_lock(&r->mu);
+  int running = r->beat_running && r->pid == getpid();
+  r->stopping = 1;
+  pthread_cond_broadcast(&r->beat_cv);
+  pthread_mutex_unlock(&r->mu);
+  if (running)
+    pthread_join(r->beat, NULL);
+  if (r->pid == getpid())
+    rds_pool_free(r);
+  while (r->held != NULL) {
+    struct rds_ticket *t = r->held;
+    r->held = t->next;
+    free(t);
+  }
+  pthread_cond_destroy(&r->beat_cv);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+static const char *rds_errmsg(void *be) {
+  (void)be;
+  return rds_lastmsg();
+}
+
+/* ---- the heartbeat --------------------------------------------------- */
+
+static void *beat_main(void *arg) {
+  struct rds *r = arg;
+  redisContext *c = NULL;
+  pthread_mutex_lock(&r->mu);
+  while (!r->stopping) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)r->liveness_ms / 4 * 1000000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&r->beat_cv, &r->mu, &ts);
+    if (r->stopping)
+      break;
+    /* Copy the fences, then talk to Redis without the mutex. */
+    char fence[64][32], key[64][THROTTLE__KEY_MAX + 1];
+    int n = 0;
+    for (struct rds_ticket *t = r->held; t != NULL && n < 64; t = t->next) {
+      memcpy(fence[n], t->fence, sizeof fence[n]);
+      memcpy(key[n], t->key, sizeof key[n]);
+      n++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    int gone[64] = {0};
+    for (int i = 0; i < n; i++) {
+      if (c == NULL) {
+        struct timeval tv = {(time_t)(r->timeout_ms / 1000),
+                             (suseconds_t)(r->timeout_ms % 1000) * 1000};
+        c = r->path[0] ? redisConnectUnixWithTimeout(r->path, tv)
+                       : redisConnectWithTimeout(r->host, r->port, tv);
+        if (c != NULL && (c->err || redisSetTimeout(c, tv) != REDIS_OK)) {
+          redisFree(c);
+          c = NULL;
+        }
+        char db[16];
+        snprintf(db, sizeof db, "%d", r->db);
+        const char *auth[] = {"AUTH", r->password};
+        const char *sel[] = {"SELECT", db};
+        redisReply *x;
+        if (c != NULL && r->password[0] &&
+            (x = rds_command(c, 2, auth)) != NULL)
+          freeReplyObject(x);
+        if (c != NULL && r->db != 0 &&
+            (x = rds_command(c, 2, sel)) != NULL)
+          freeReplyObject(x);
+        if (c == NULL)
+          break; /* Redis down: try again at the next beat */
+      }
+      const char *av[] = {fence[i]};
+      redisReply *rep = rds_eval(r, c, RDS_BEAT, key[i], 1, av);
+      if (rep == NULL) {
+        redisFree(c);
+        c = NULL;
+        continue;
+      }
+      gone[i] = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+      freeReplyObject(rep);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < n; i++)
+      if (gone[i])
+        for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
+          if (strcmp(t->fence, fence[i]) == 0)
+            t->lapsed = 1;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (c != NULL)
+    redisFree(c);
+  return NULL;
+}
+
+static void hold(struct rds *r, struct rds_ticket *t) {
+  pthread_mutex_lock(&r->mu);
+  t->next = r->held;
+  r->held = t;
+  if (!r->beat_running && !r->stopping &&
+      pthread_create(&r->beat, NULL, beat_main, r) == 0)
+    r->beat_running = 1;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void unhold(struct rds *r, struct rds_ticket *t) {
+  pthread_mutex_lock(&r->mu);
+  for (struct rds_ticket **pp = &r->held; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == t) {
+      *pp = t->next;
+      break;
+    }
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- calls ----------------------------------------------------------- */
+
+static int64_t elem_int(const redisReply *rep, size_t i) {
+  if (rep->type != REDIS_REPLY_ARRAY || i >= rep->elements)
+    return 0;
+  const redisReply *e = rep->element[i];
+  if (e->type == REDIS_REPLY_INTEGER)
+    return (int64_t)e->integer;
+  if (e->type == REDIS_REPLY_STRING)
+    return strtoll(e->str, NULL, 10);
+  return 0;
+}
+
+static void elem_str(const redisReply *rep, size_t i, char *out,
+                     size_t len) {
+  out[0] = 0;
+  if (rep->type == REDIS_REPLY_ARRAY && i < rep->elements &&
+      rep->element[i]->type == REDIS_REPLY_STRING)
+    snprintf(out, len, "%s", rep->element[i]->str);
+  else if (rep->type == REDIS_REPLY_ARRAY && i < rep->elements &&
+           rep->element[i]->type == REDIS_REPLY_INTEGER)
+    snprintf(out, len, "%lld", rep->element[i]->integer);
+}
+
+/* One script call on a pooled connection.  *rep is the reply, or the call
+ * returns THROTTLE__BE_DOWN. */
+static int call(struct rds *r, enum rds_script s, const char *key, int argc,
+                const char **argv, redisReply **rep) {
+  redisContext *c = rds_get(r);
+  if (c == NULL)
+    return THROTTLE__BE_DOWN;
+  *rep = rds_eval(r, c, s, key, argc, argv);
+  if (*rep == NULL)
+    return rds_down(r, c, "script call");
+  rds_put(r, c, 1);
+  return 0;
+}
+
+static int rds_backoff(void *be, const char *key, uint64_t delay_ms) {
+  struct rds *r = be;
+  char ms[24], pid[16];
+  /* The leave script with fence 0 (no admission) and 'pub': it publishes
+   * and frees nothing. */
+  snprintf(ms, sizeof ms, "%llu", (unsigned long long)delay_ms);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  const char *av[] = {"0", "1", ms, pid, "pub"};
+  redisReply *rep;
+  int rc = call(r, RDS_LEAVE, key, 5, av, &rep);
+  if (rc == 0)
+    freeReplyObject(rep);
+  return rc;
+}
+
+static int peek(struct rds *r, redisContext *c, const char *key,
+                const char *wid, uint64_t *left, int *held, char *id,
+                size_t idlen) {
+  char live[16];
+  snprintf(live, sizeof live, "%u", r->liveness_ms);
+  const char *av[] = {wid, live};
+  redisReply *rep = rds_eval(r, c, RDS_PEEK, key, 2, av);
+  if (rep == NULL)
+    return -1;
+  int64_t l = elem_int(rep, 0);
+  *left = l > 0 ? (uint64_t)l : 0;
+  *held = (int)elem_int(rep, 1);
+  if (id != NULL)
+    elem_str(rep, 2, id, idlen);
+  freeReplyObject(rep);
+  return 0;
+}
+
+static int rds_remaining(void *be, const char *key, uint64_t *ms_left) {
+  struct rds *r = be;
+  redisContext *c = rds_get(r);
+  if (c == NULL)
+    return THROTTLE__BE_DOWN;
+  int held;
+  if (peek(r, c, key, "-", ms_left, &held, NULL, 0) != 0)
+    return rds_down(r, c, "remaining");
+  rds_put(r, c, 1);
+  return 0;
+}
+
+/* A wait's next sleep, cut to the interrupt period; 1 when the caller's
+ * interrupt check says stop. */
+static int sleep_slice(const struct rds *r, uint64_t *ms) {
+  if (r->intr == NULL)
+    return 0;
+  if (r->intr(r->intr_arg) != 0)
+    return 1;
+  if (*ms > r->intr_period_ms)
+    *ms = r->intr_period_ms;
+  return 0;
+}
+
+static uint64_t jitter_ms(uint64_t max) {
+  static __thread unsigned seed;
+  if (seed == 0)
+    seed = (unsigned)getpid() ^ (unsigned)rds_mono_ms() ^
+           (unsigned)(uintptr_t)&seed;
+  return (uint64_t)rand_r(&seed) % (max + 1);
+}
+
+static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
+  struct rds *r = be;
+  uint64_t start = rds_mono_ms();
+  uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
+                                                      : start + timeout_ms;
+  uint64_t jitter = jitter_ms(THROTTLE__JITTER_MAX_NS / THROTTLE__NS_PER_MS);
+  char id[32] = "0";
+  int slept = 0;
+  redisContext *c = rds_get(r);
+  if (c == NULL)
+    return THROTTLE__BE_DOWN;
+  for (;;) {
+    uint64_t left;
+    int held;
+    char nid[32];
+    if (peek(r, c, key, id, &left, &held, nid, sizeof nid) != 0)
+      return rds_down(r, c, "wait");
+    snprintf(id, sizeof id, "%s", nid);
+    if (left == 0 && held == 0)
+      break;
+    uint64_t now = rds_mono_ms();
+    if (left > 0 && (deadline == UINT64_MAX ? 0 : now + left > deadline)) {
+      rds_put(r, c, 1);
+      rds_msg("%s: opens in %llu ms, after the %llu ms timeout", key,
+              (unsigned long long)left, (unsigned long long)timeout_ms);
+      return THROTTLE_ETIMEDOUT;
+    }
+    if (left == 0 && now >= deadline) {
+      rds_put(r, c, 1);
+      rds_msg("%s: %s past the timeout", key,
+              held == 1 ? "paused" : "probe still out");
+      return THROTTLE_ETIMEDOUT;
+    }
+    uint64_t sleep = left > 0 ? left + jitter : RDS_MAX_SLEEP_MS;
+    if (sleep > RDS_MAX_SLEEP_MS)
+      sleep = RDS_MAX_SLEEP_MS;
+    if (deadline != UINT64_MAX && now + sleep > deadline)
+      sleep = deadline > now ? deadline - now : 0;
+    slept = 1;
+    if (sleep_slice(r, &sleep)) {
+      rds_put(r, c, 1);
+      rds_msg("%s: interrupted by the caller", key);
+      return THROTTLE_EINTR;
+    }
+    redisReply *rep = rds_blpop(r, c, key, id, sleep);
+    if (rep == NULL)
+      return rds_down(r, c, "wait");
+    freeReplyObject(rep);
+  }
+  if (slept) {
+    char ms[24];
+    snprintf(ms, sizeof ms, "%llu",
+             (unsigned long long)(rds_mono_ms() - start));
+    const char *av[] = {"wait", ms, "0"};
+    redisReply *rep = rds_eval(r, c, RDS_SET, key, 3, av);
+    if (rep != NULL)
+      freeReplyObject(rep);
+    else {
+      rds_put(r, c, 0);
+      return 0; /* counters are best effort; the wait itself succeeded */
+    }
+  }
+  rds_put(r, c, 1);
+  return 0;
+}
+
+static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
+                     int nowait, void **tk, int *probe, uint64_t *wait_ms) {
+  struct rds *r = be;
+  uint64_t start = rds_mono_ms();
+  uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
+                                                      : start + timeout_ms;
+  char id[32] = "0", scls[4], lease[16], live[16], pid[16], left[24];
+  snprintf(scls, sizeof scls, "%d", cls);
+  snprintf(lease, sizeof lease, "%u", r->lease_ms);
+  snprintf(live, sizeof live, "%u", r->liveness_ms);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  redisContext *c = rds_get(r);
+  if (c == NULL)
+    return THROTTLE__BE_DOWN;
+  for (;;) {
+    uint64_t now = rds_mono_ms();
+    if (deadline == UINT64_MAX)
+      snprintf(left, sizeof left, "-1");
+    else
+      snprintf(left, sizeof left, "%llu",
+               (unsigned long long)(deadline > now ? deadline - now : 0));
+    const char *av[] = {id,      scls,  lease, live,
+                        r->me,   pid,   nowait ? "1" : "0", left};
+    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 8, av);
+    if (rep == NULL)
+      return rds_down(r, c, "enter");
+    int64_t st = elem_int(rep, 0);
+    elem_str(rep, 1, id, sizeof id);
+    int is_probe = (int)elem_int(rep, 2);
+    int64_t hint = elem_int(rep, 3);
+    freeReplyObject(rep);
+    if (st == 0) {
+      rds_put(r, c, 1);
+      struct rds_ticket *t = calloc(1, sizeof *t);
+      if (t == NULL) {
+        /* Give the slot straight back rather than hold it to its lapse. */
+        const char *lv[] = {id, "6", "0", pid};
+        redisReply *x;
+        if (call(r, RDS_LEAVE, key, 4, lv, &x) == 0)
+          freeReplyObject(x);
+        rds_msg("out of memory");
+        return THROTTLE_ENOMEM;
+      }
+      snprintf(t->fence, sizeof t->fence, "%s", id);
+      snprintf(t->key, sizeof t->key, "%s", key);
+      hold(r, t);
+      *tk = t;
+      *probe = is_probe;
+      return 0;
+    }
+    if (st == 2) {
+      rds_put(r, c, 1);
+      rds_msg("%s: canceled", key);
+      return THROTTLE_ECANCELED;
+    }
+    if (st == 4) {
+      rds_put(r, c, 1);
+      if (wait_ms != NULL)
+        *wait_ms = hint > 0 ? (uint64_t)hint : 0;
+      if (nowait) {
+        rds_msg("%s: not admitted now", key);
+        return THROTTLE_EWOULDBLOCK;
+      }
+      rds_msg("%s: not admitted within %llu ms", key,
+              (unsigned long long)timeout_ms);
+      return THROTTLE_ETIMEDOUT;
+    }
+    if (st == 3) {
+      snprintf(id, sizeof id, "0"); /* dropped (Redis lost it): arrive again */
+      continue;
+    }
+    /* st == 1: wait for a push, or until time alone may open the gate. */
+    uint64_t sleep = RDS_MAX_SLEEP_MS;
+    if (hint >= 0 && (uint64_t)hint + 5 < sleep)
+      sleep = (uint64_t)hint + 1 + jitter_ms(5);
+    now = rds_mono_ms();
+    if (deadline != UINT64_MAX && now + sleep > deadline)
+      sleep = deadline > now ? deadline - now : 0;
+    if (sleep_slice(r, &sleep)) {
+      /* Give the queue place back at once (a nowait look removes it; if
+       * the slot came meanwhile, hand it back). */
+      const char *qv[] = {id, scls, lease, live, r->me, pid, "1", "0"};
+      rep = rds_eval(r, c, RDS_ENTER, key, 8, qv);
+      if (rep == NULL)
+        return rds_down(r, c, "enter");
+      int granted = elem_int(rep, 0) == 0;
+      freeReplyObject(rep);
+      if (granted) {
+        const char *lv[] = {id, "6", "0", pid};
+        if ((rep = rds_eval(r, c, RDS_LEAVE, key, 4, lv)) == NULL)
+          return rds_down(r, c, "enter");
+        freeReplyObject(rep);
+      }
+      rds_put(r, c, 1);
+      rds_msg("%s: interrupted by the caller", key);
+      return THROTTLE_EINTR;
+    }
+    rep = rds_blpop(r, c, key, id, sleep);
+    if (rep == NULL)
+      return rds_down(r, c, "enter");
+    freeReplyObject(rep);
+  }
+}
+
+static int rds_leave(void *be, void *tk, int outcome,
+                     uint64_t retry_after_ms) {
+  struct rds *r = be;
+  struct rds_ticket *t = tk;
+  unhold(r, t);
+  char out[8], ms[24], pid[16];
+  snprintf(out, sizeof out, "%d", outcome);
+  snprintf(ms, sizeof ms, "%llu", (unsigned long long)retry_after_ms);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  const char *av[] = {t->fence, out, ms, pid};
+  redisReply *rep;
+  int rc = call(r, RDS_LEAVE, t->key, 4, av, &rep);
+  if (rc == 0) {
+    if (elem_int(rep, 0) == 1) {
+      rds_msg("%s: the admission had been taken back (lease or liveness "
+              "lapsed); its report only published",
+              t->key);
+      rc = THROTTLE_ESTALE;
+    }
+    freeReplyObject(rep);
+  }
+  free(t);
+  return rc;
+}
+
+/* The set script: a setting, a clear, or the wait counters. */
+static int set_call(struct rds *r, const char *key, const char *what,
+                    uint64_t a, uint64_t b) {
+  char sa[24], sb[24];
+  snprintf(sa, sizeof sa, "%llu", (unsigned long long)a);
+  snprintf(sb, sizeof sb, "%llu", (unsigned long long)b);
+  const char *av[] = {what, sa, sb};
+  redisReply *rep;
+  int rc = call(r, RDS_SET, key, 3, av, &rep);
+  if (rc != 0)
+    return rc;
+  if (rep->type == REDIS_REPLY_INTEGER && rep->integer < 0) {
+    rds_msg("%s: no such key", key);
+    rc = THROTTLE_ENOKEY;
+  }
+  freeReplyObject(rep);
+  return rc;
+}
+
+static int rds_set(void *be, const char *key, int what, uint64_t a,
+                   uint64_t b) {
+  static const char *const names[] = {"cap",   "rate",   "share",
+                                      "pause", "resume", "cancel"};
+  if (what < 0 || what > THROTTLE__BE_CANCEL)
+    return THROTTLE_EINVAL;
+  return set_call(be, key, names[what], a, b);
+}
+
+static void free_names(char **names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+}
+
+/* Every key name stored in Redis (SCAN; one node).  *names is NULL when
+ * there are none. */
+static int scan_keys(struct rds *r, char ***names, size_t *n) {
+  redisContext *c = rds_get(r);
+  if (c == NULL)
+    return THROTTLE__BE_DOWN;
+  char cursor[32] = "0";
+  char **v = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  do {
+    const char *av[] = {"SCAN", cursor, "MATCH", "thr1:*:k:*", "COUNT",
+                        "1000"};
+    redisReply *rep = rds_command(c, 6, av);
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+      if (rep != NULL)
+        freeReplyObject(rep);
+      free_names(v, len);
+      return rds_down(r, c, "scan");
+    }
+    snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+    redisReply *ks = rep->element[1];
+    for (size_t i = 0; i < ks->elements && rc == 0; i++) {
+      const char *hv[] = {"HGET", ks->element[i]->str, "key"};
+      redisReply *k = rds_command(c, 3, hv);
+      if (k != NULL && k->type == REDIS_REPLY_STRING) {
+        if (len == cap) {
+          cap = cap ? cap * 2 : 64;
+          char **nv = realloc(v, cap * sizeof *nv);
+          if (nv == NULL)
+            rc = THROTTLE_ENOMEM;
+          else
+            v = nv;
+        }
+        if (rc == 0 && (v[len] = strdup(k->str)) != NULL)
+          len++;
+      }
+      if (k != NULL)
+        freeReplyObject(k);
+    }
+    freeReplyObject(rep);
+  } while (rc == 0 && strcmp(cursor, "0") != 0);
+  rds_put(r, c, 1);
+  if (rc != 0) {
+    free_names(v, len);
+    rds_msg("out of memory");
+    return rc;
+  }
+  *names = v;
+  *n = len;
+  return 0;
+}
+
+static int rds_clear(void *be, const char *key) {
+  if (key != NULL)
+    return set_call(be, key, "clear", 0, 0);
+  char **names = NULL;
+  size_t n = 0;
+  int rc = scan_keys(be, &names, &n);
+  if (rc != 0)
+    return rc;
+  for (size_t i = 0; i < n; i++) {
+    int one = rc == 0 ? rds_clear(be, names[i]) : 0;
+    if (one != 0 && one != THROTTLE_ENOKEY)
+      rc = one;
+    free(names[i]);
+  }
+  free(names);
+  return rc;
+}
+
+static int rds_info(void *be, const char *key, throttle_info_t *out) {
+  redisReply *rep;
+  int rc = call(be, RDS_INFO, key, 0, NULL, &rep);
+  if (rc != 0)
+    return rc;
+  if (rep->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(rep);
+    rds_msg("%s: no such key", key);
+    return THROTTLE_ENOKEY;
+  }
+  memset(out, 0, sizeof *out);
+  snprintf(out->key, sizeof out->key, "%s", key);
+  size_t nf = (size_t)THROTTLE_FIELD_PERMANENT + 1;
+  for (size_t i = 0; i < nf; i++)
+    out->field[i] = elem_int(rep, i);
+  for (size_t i = nf; i < rep->elements && out->nholders < THROTTLE__SLOTS;
+       i++) {
+    unsigned long long pid, age;
+    unsigned cls, probe;
+    char line[512];
+    int off = 0;
+    elem_str(rep, i, line, sizeof line);
+    if (sscanf(line, "%llu %llu %u %u %n", &pid, &age, &cls, &probe, &off) <
+        4)
+      continue;
+    uint32_t k = out->nholders++;
+    snprintf(out->holder[k].host, sizeof out->holder[k].host, "%s",
+             line + off);
+    out->holder[k].pid = (uint32_t)pid;
+    out->holder[k].age_ms = age;
+    out->holder[k].cls = (uint8_t)cls;
+    out->holder[k].probe = (uint8_t)probe;
+  }
+  freeReplyObject(rep);
+  return 0;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int rds_foreach(void *be, int (*fn)(const throttle_info_t *, void *),
+                       void *arg) {
+  char **names = NULL;
+  size_t n = 0;
+  int rc = scan_keys(be, &names, &n);
+  if (rc != 0)
+    return rc;
+  if (n > 1)
+    qsort(names, n, sizeof *names, by_name);
+  throttle_info_t *info = malloc(sizeof *info);
+  if (info == NULL)
+    rc = THROTTLE_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (rc == 0) {
+      int one = rds_info(be, names[i], info);
+      if (one == 0)
+        rc = fn(info, arg);
+      else if (one != THROTTLE_ENOKEY)
+        rc = one; /* gone meanwhile: skipped */
+    }
+    free(names[i]);
+  }
+  free(names);
+  free(info);
+  return rc;
+}
+
+EXPORT const struct throttle__backend throttle_backend_v1 = {
+    .abi = THROTTLE__BACKEND_ABI,
+    .name = "redis",
+    .open = rds_open,
+    .close = rds_close,
+    .errmsg = rds_errmsg,
+    .backoff = rds_backoff,
+    .remaining = rds_remaining,
+    .wait = rds_wait,
+    .enter = rds_enter,
+    .leave = rds_leave,
+    .set = rds_set,
+    .clear = rds_clear,
+    .info = rds_info,
+    .foreach = rds_foreach,
+};

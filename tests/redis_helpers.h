@@ -1,0 +1,33 @@
+/*
+ * redis_helpers.h — a throw-away redis-server for one test: started on a
+ * unix socket in a fresh temporary directory (--port 0: no TCP at all,
+ * never 6379; no persistence), stopped by its pid.  The shell tests have
+ * the same in tests/redis_lib.sh.
+ */
+#ifndef THROTTLE_TEST_REDIS_HELPERS_H
+#define THROTTLE_TEST_REDIS_HELPERS_H
+
+#include <sys/types.h>
+
+struct th_redis {
+  char dir[256];
+  char sock[300];
+  char url[320]; /* unix:///.../redis.sock */
+  pid_t pid;
+};
+
+/* 1 when redis-server is on PATH (tests skip otherwise). */
+int th_redis_available(void);
+/* Start (or restart on the same socket); 0 when it answers, -1 if not. */
+int th_redis_start(struct th_redis *r);
+/* SIGTERM (or SIGKILL when hard) and reap; the directory stays until
+ * th_redis_cleanup. */
+void th_redis_stop(struct th_redis *r, int hard);
+void th_redis_cleanup(struct th_redis *r);
+/* Run redis-cli against it with the given arguments, in the background
+ * when bg (returns its pid then), else waited for (returns its status). */
+int th_redis_cli(const struct th_redis *r, int bg, const char *const *args);
+/* Point the library at the module built next to the tests. */
+void th_redis_use_module(const char *argv0);
+
+#endif

@@ -1,0 +1,209 @@
+#!/bin/sh
+# test_redis_fleet.sh — fleets of `throttlectl http` processes on two
+# "hosts" (each group with its own segment) that share only a throw-away
+# Redis, against the mock Hotdata server:
+#   - 2 x 12 processes loading 96 files into one table: every file
+#     loaded, none early, at most 3 refused;
+#   - an external hold: about one refused request per Retry-After in all,
+#     not one per host; the second host's processes run an hour ahead
+#     (faketime) and still send nothing early: Redis is the only clock;
+#   - kill -9 of redis-server in the middle of a fleet run, restarted 2 s
+#     later: every load completes, at most one early request per host
+#     (the hand-over from its segment back to Redis);
+#   - a Python process (ctypes, the shared library as installed) and C
+#     processes of another host see each other's back-off and clear.  While Redis
+#     is away each host's segment serves alone, so one host may well send
+#     within a Retry-After the server gave the other: to see "within a
+#     host", each host loads its own table there (both under one key).
+# Skipped (exit 0, saying so) without redis-server or an `http` command.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+B=${B:-build}
+case "$B" in /*) ;; *) B="$top/$B" ;; esac
+ctl="$B/throttlectl"
+. "$top/tests/redis_lib.sh"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "SKIP test_redis_fleet: redis-server is not installed (make deps)"
+  exit 0
+fi
+if ! "$ctl" http --help >/dev/null 2>&1; then
+  echo "SKIP test_redis_fleet: this build's throttlectl has no 'http' command"
+  exit 0
+fi
+
+tmp=$(mktemp -d)
+srv=""
+pids=""
+segA="tt-rf-a-$$"
+segB="tt-rf-b-$$"
+# The host an hour ahead has a segment of its own: faketime shifts every
+# clock of the processes it runs, CLOCK_BOOTTIME too, which no real host's
+# processes disagree on.
+segC="tt-rf-c-$$"
+cleanup() {
+  for p in $pids; do kill "$p" 2>/dev/null; done
+  [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  redis_stop
+  rm -f "/dev/shm/$segA" "/dev/shm/$segB" "/dev/shm/$segC"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+fails=0
+check() { # name expected actual
+  if [ "$2" = "$3" ]; then echo "ok   $1"; else
+    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
+}
+check_le() { # name max actual
+  if [ "$3" -le "$2" ]; then echo "ok   $1 ($3 <= $2)"; else
+    echo "FAIL $1: $3 > $2"; fails=$((fails + 1)); fi
+}
+
+redis_start "$tmp/redis" || { echo "FAIL redis-server did not start"; exit 1; }
+export THROTTLE_BACKEND="$REDIS_URL"
+export THROTTLE_BACKEND_MODULE="$B/libthrottle-redis.so.1"
+
+rm -f "$tmp/port"
+python3 "$top/tests/mock_server.py" --port 0 --port-file "$tmp/port" \
+  --service-ms 20 --retry-after 1 &
+srv=$!
+i=0
+while [ ! -s "$tmp/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+[ -s "$tmp/port" ] || { echo "FAIL the mock server did not start"; exit 1; }
+U="http://127.0.0.1:$(cat "$tmp/port")"
+KEY="hotdata:127.0.0.1/orders"
+
+admin() { # what json
+  python3 -c 'import sys, urllib.request as u
+u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST"), timeout=10).read()' \
+    "$U/admin/$1" "$2"
+}
+stat() { # a /stats expression
+  python3 -c 'import json, sys, urllib.request as u
+d = json.load(u.urlopen(sys.argv[1], timeout=10))
+print(eval(sys.argv[2], {}, d))' "$U/stats" "$1"
+}
+
+mkdir "$tmp/files"
+n=1
+while [ $n -le 96 ]; do
+  printf 'row %d\n' $n >"$tmp/files/part-$n"
+  n=$((n + 1))
+done
+
+# One worker of a host: `throttlectl http` for each of its files in turn.
+# WRAP (e.g. "faketime -f +1h") runs it under another clock.
+worker() { # segment out-prefix wrap table files...
+  seg=$1 out=$2 wrap=$3 table=$4
+  shift 4
+  rc=0
+  for f in "$@"; do
+    THROTTLE_SEGMENT="/$seg" $wrap "$ctl" http "$KEY" -X POST \
+      --data-binary "@$f" -o /dev/null "$U/v1/tables/$table/load" 2>>"$out.err"
+    r=$?
+    [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
+  done
+  return $rc
+}
+# Two hosts of n workers each, `per` files a worker; host B under $2 and
+# on table $TABLE_B (default: the same table as host A).
+TABLE_B=orders
+fleet() { # name wrapB n per
+  pids=""
+  w=0
+  while [ $w -lt $((2 * $3)) ]; do
+    files=""
+    k=1
+    while [ $k -le "$4" ]; do
+      files="$files $tmp/files/part-$((w * $4 + k))"
+      k=$((k + 1))
+    done
+    if [ $((w % 2)) -eq 0 ]; then seg=$segA wrap="" table=orders
+    elif [ -n "$2" ]; then seg=$segC wrap=$2 table=$TABLE_B
+    else seg=$segB wrap="" table=$TABLE_B; fi
+    # shellcheck disable=SC2086
+    worker "$seg" "$tmp/$1.$w" "$wrap" "$table" $files &
+    pids="$pids $!"
+    w=$((w + 1))
+  done
+}
+collect() {
+  bad=0
+  for p in $pids; do wait "$p" || bad=$((bad + 1)); done
+  pids=""
+}
+
+# ---- 2 x 12 processes, 96 files, one table --------------------------------
+fleet fleet "" 12 4
+collect
+check "2x12 loads: every process exits 0" 0 "$bad"
+check "2x12 loads: loads_ok" 96 "$(stat loads_ok)"
+check "2x12 loads: early" 0 "$(stat early)"
+check_le "2x12 loads: refused" 3 "$(stat refused)"
+
+# ---- an external hold; host B an hour ahead --------------------------------
+HOLD_MS=3000
+wrapB=""
+if command -v faketime >/dev/null 2>&1; then
+  wrapB="faketime -f +1h"
+else
+  echo "note: faketime is not installed; host B runs on the real clock"
+fi
+admin reset '{}'
+"$ctl" reset >/dev/null 2>&1
+admin hold "{\"table\": \"orders\", \"ms\": $HOLD_MS}"
+fleet hold "$wrapB" 4 1
+collect
+check "hold: every process exits 0" 0 "$bad"
+check "hold: loads_ok" 8 "$(stat loads_ok)"
+check "hold: early (host B an hour ahead)" 0 "$(stat early)"
+check_le "hold: refused, in all hosts" $((HOLD_MS / 1000 + 3)) "$(stat refused)"
+
+# ---- kill -9 of redis-server mid-run, back 2 s later -----------------------
+admin reset '{}'
+"$ctl" reset >/dev/null 2>&1
+admin hold "{\"table\": \"orders\", \"ms\": 1500}"
+admin hold "{\"table\": \"orders_b\", \"ms\": 1500}"
+TABLE_B=orders_b
+fleet crash "" 6 2
+sleep 0.5
+redis_kill9
+sleep 2
+redis_start "$tmp/redis" || { echo "FAIL redis-server did not restart"; exit 1; }
+collect
+check "redis killed: every process exits 0" 0 "$bad"
+check "redis killed: loads_ok" 24 "$(stat loads_ok)"
+# While Redis comes back, a host's callers still queued in its segment and
+# those admitted by Redis are two gates for a moment: one request per host
+# may race the other's refusal.  More than that is a fault.
+check_le "redis killed: early within host A" 1 "$(stat "tables['orders']['early']")"
+check_le "redis killed: early within host B" 1 "$(stat "tables['orders_b']['early']")"
+echo "redis killed: refused $(stat refused), early across hosts $(stat early)"
+
+# ---- a Python process (ctypes on libthrottle.so.1) and C processes -----------
+# The shared library, not relinked, loads the module from its own directory.
+pyk="py:ws/table"
+pyrem() { # prints throttle_remaining() of $pyk as Python sees it
+  THROTTLE_SEGMENT="/$segA" env -u THROTTLE_BACKEND_MODULE python3 -c '
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+h = ctypes.c_void_p()
+rc = lib.throttle_open(None, ctypes.byref(h))
+if sys.argv[3] == "backoff":
+    rc = rc or lib.throttle_backoff(h, sys.argv[2].encode(), ctypes.c_uint64(60000))
+ms = ctypes.c_uint64(0)
+rc = rc or lib.throttle_remaining(h, sys.argv[2].encode(), ctypes.byref(ms))
+lib.throttle_close(h)
+print(ms.value if rc == 0 else "error %d" % rc)' "$B/libthrottle.so.1" "$pyk" "$1"
+}
+left=$(pyrem backoff)
+check "python: published through Redis" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
+left=$(THROTTLE_SEGMENT="/$segB" "$ctl" show "$pyk" --json | python3 -c 'import json, sys
+print(json.load(sys.stdin)["remaining_ms"])')
+check "C on another host: sees it" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
+THROTTLE_SEGMENT="/$segB" "$ctl" clear "$pyk"
+check "python: sees the clear from C" 0 "$(pyrem peek)"
+
+[ "$fails" -eq 0 ]
