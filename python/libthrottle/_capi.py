@@ -55,6 +55,7 @@ int throttle_config_set_max_delay(throttle_config_t *cfg, uint64_t ms);
 int throttle_config_set_lock_timeout(throttle_config_t *cfg, uint32_t ms);
 int throttle_config_set_lease(throttle_config_t *cfg, uint32_t ms);
 int throttle_config_set_flags(throttle_config_t *cfg, unsigned flags);
+int throttle_config_set_backend(throttle_config_t *cfg, const char *url);
 int throttle_config_set_interrupt(throttle_config_t *cfg,
                                   int (*check)(void *arg), void *arg,
                                   uint32_t period_ms);
@@ -62,6 +63,7 @@ int throttle_open(const throttle_config_t *cfg, throttle_t **out);
 void throttle_close(throttle_t *h);
 int throttle_is_shared(const throttle_t *h);
 const char *throttle_segment_name(const throttle_t *h);
+const char *throttle_backend(const throttle_t *h);
 const char *throttle_errmsg(const throttle_t *h);
 int throttle_unlink(const char *segment_name);
 int throttle_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
@@ -94,6 +96,8 @@ const char *throttle_info_key(const throttle_info_t *info);
 int64_t throttle_info_get(const throttle_info_t *info, throttle_field_t f);
 int throttle_info_holder(const throttle_info_t *info, size_t i, int64_t *pid,
                          int64_t *age_ms, throttle_class_t *cls, int *probe);
+const char *throttle_info_holder_host(const throttle_info_t *info,
+                                      size_t i);
 int throttle_info(throttle_t *h, const char *key, throttle_info_t **out);
 void throttle_info_free(throttle_info_t *info);
 int throttle_foreach(throttle_t *h,
