@@ -36,8 +36,22 @@
  * behind later arrivals).
  *
  * Also here: publishing (the lock episode before the not-before, so a crash
- * between them is safe) and cancel.  The learned cap is in gate_learn.c,
- * the snapshot fields in gate_info.c.
+ * between them is safe) and cancel.  The snapshot fields are in
+ * gate_info.c.
+ *
+ * The learned cap (gate_learn.c, which states its rules and why): a LOCKED
+ * answer with k others in flight sets the cap to k; a raise is tried only
+ * after 20 x Retry-After of work at the cap (doubling per failed raise).
+ * Cold start explores at once by slow start: a table admitting 4 is found
+ * within the first fleet, while a serialised table with a long Retry-After
+ * pays one R the first time and reaches its goal only warm (the learned
+ * cap survives in the segment).  Chosen over a priced slow start, which
+ * would keep a parallel table at cap 1 for 20 R of work.
+ *
+ * An uncontended enter + leave makes no system call: the pid is cached
+ * (throttle__pid, refreshed in a forked child), and a grant wakes a slot's
+ * futex only when the key counts sleepers (see grant_locked for why no
+ * wake is lost); every wake still changes its word first.
  *
  * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
  * once and sleeps on the record's epoch, which free_slot() bumps and wakes
@@ -150,7 +164,7 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
     atomic_store_explicit(&r->not_before, want, memory_order_release);
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
-  r->last_pid = (uint32_t)getpid();
+  r->last_pid = throttle__pid();
   r->last_use_ns = now;
 }
 
@@ -212,10 +226,7 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   if (r->fixed_cap > THROTTLE__SLOTS)
     r->fixed_cap = THROTTLE__SLOTS;
-  if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
-    r->auto_cap = 1;
-  if (r->auto_fails > THROTTLE__MAX_AUTO_FAILS)
-    r->auto_fails = THROTTLE__MAX_AUTO_FAILS;
+  throttle__learn_bound_locked(r, now);
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -382,7 +393,13 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       sat_inc(&r->probes);
     }
     bump(s);
-    if (w != NULL && w->n < THROTTLE__SLOTS)
+    /* Decided under the mutex, after the bump: a waiter counts itself in
+     * sleepers under the mutex before it unlocks to sleep, so either it is
+     * counted here or it read the bumped word (and will not sleep on the
+     * old one).  An uncontended grant of the caller's own slot wakes
+     * nobody: no system call. */
+    if (w != NULL && w->n < THROTTLE__SLOTS &&
+        atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
       w->slot[w->n++] = s;
   }
 }
@@ -506,7 +523,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       if (s != NULL) {
         s->state = THROTTLE__SLOT_WAITING;
         s->cls = (uint8_t)cls;
-        s->pid = (uint32_t)getpid();
+        s->pid = throttle__pid();
         s->start = self.start;
         s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
@@ -595,6 +612,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
     uint32_t seen = atomic_load_explicit(word, memory_order_acquire);
+    /* Counted while the mutex is held (see grant_locked); the pointer
+     * stays valid after unlocking: the segment stays mapped, and a record
+     * reused meanwhile only gets one wake too many. */
+    _Atomic uint32_t *sleepers = s != NULL ? &r->sleepers : NULL;
+    if (sleepers != NULL)
+      atomic_fetch_add_explicit(sleepers, 1, memory_order_acq_rel);
     throttle__unlock(h);
     wake_all(&w);
     /* Sleep until granted, or until time alone may open the gate (with
@@ -609,6 +632,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       until = deadline;
     if (until > now && throttle__sleep(h, word, seen, until - now) != 0)
       interrupted = true; /* give back the place under the mutex, above */
+    if (sleepers != NULL)
+      atomic_fetch_sub_explicit(sleepers, 1, memory_order_acq_rel);
   }
   throttle__free(t);
   return rc;
@@ -675,10 +700,16 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
-  uint32_t concurrent = s != NULL ? s->concurrent : 0;
-  uint32_t others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
-  if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
-    others--;
+  struct throttle__learn_in learn = {
+      .outcome = outcome,
+      .concurrent = s != NULL && s->state == THROTTLE__SLOT_HOLDING
+                        ? s->concurrent
+                        : 0,
+      .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
+      .retry_after_ms = retry_after_ms,
+      .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
+      .now = now,
+  };
   if (s != NULL && requeue && s->state == THROTTLE__SLOT_HOLDING) {
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
@@ -707,7 +738,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
                                  : ms * THROTTLE__NS_PER_MS);
   }
   if (s != NULL) /* a stale report says nothing of the cap now */
-    throttle__learn_locked(r, outcome, others, concurrent);
+    throttle__learn_locked(r, &learn);
   r->last_use_ns = now;
   THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
   uint64_t next;

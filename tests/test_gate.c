@@ -594,6 +594,63 @@ static void test_gate_wake_changes_the_word(void **state) {
   th_reap_ok(fx, pid, HANG_MS);
 }
 
+/* A grant wakes a slot's futex only when someone sleeps on the key: a
+ * waiter is counted before it unlocks to sleep (so the granting leave
+ * wakes it), and uncounted after; an uncontended admission leaves the
+ * count at 0 (no wake, no system call). */
+static void test_gate_sleepers_counted_for_wakes(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  throttle_ticket_t *t;
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  struct worker w = {fx, o, 0, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+  pid_t pid = th_spawn(fx, worker_main, &w);
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_MS);
+  struct throttle__slot *s = waiting_slot(h);
+  struct throttle__rec *r = NULL;
+  for (uint32_t i = 0; i < h->capacity && r == NULL; i++)
+    for (uint32_t k = 0; k < THROTTLE__SLOTS; k++)
+      if (&h->recs[i].slot[k] == s)
+        r = &h->recs[i];
+  assert_non_null(r);
+  th_wait_sleeping(pid, HANG_MS);
+  assert_int_equal(atomic_load(&r->sleepers), 1);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap_ok(fx, pid, HANG_MS);
+  assert_int_equal(atomic_load(&r->sleepers), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(atomic_load(&r->sleepers), 0);
+}
+
+static int child_holds_as_itself(void *arg) {
+  throttle_t *h = arg;
+  throttle_ticket_t *t;
+  TH_CHILD_CHECK(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t) == 0);
+  throttle_info_t *info = NULL;
+  TH_CHILD_CHECK(throttle_info(h, KEY, &info) == 0);
+  int64_t pid = 0;
+  TH_CHILD_CHECK(throttle_info_holder(info, 0, &pid, NULL, NULL, NULL) == 0);
+  throttle_info_free(info);
+  TH_CHILD_CHECK(pid == (int64_t)getpid()); /* not the parent's cached pid */
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  return 0;
+}
+
+/* The pid is cached (no system call per admission) and asked again in a
+ * forked child: a child's slot must carry the child's pid, or the reaper
+ * would judge the parent's liveness for it. */
+static void test_gate_forked_child_holds_as_itself(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  throttle_ticket_t *t;
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap_ok(fx, th_spawn(fx, child_holds_as_itself, h), HANG_MS);
+}
+
 /* A ticket whose slot was reclaimed by its lease, its key then evicted
  * and created again: a new holder of the same process lands in the same
  * slot.  Leaving with the stale ticket must not free the new holder's
@@ -881,6 +938,8 @@ int main(void) {
       T(test_gate_cancel_wakes_all),
       T(test_gate_cancel_reaches_callers_beyond_slots),
       T(test_gate_wake_changes_the_word),
+      T(test_gate_sleepers_counted_for_wakes),
+      T(test_gate_forked_child_holds_as_itself),
       T(test_gate_stale_ticket_frees_nothing),
       T(test_gate_ticket_left_from_forked_child),
       T(test_gate_huge_values_saturate),
