@@ -67,7 +67,7 @@ static int proc_start(pid_t pid, uint64_t *start) {
  * Rejected: pthread_atfork() (not run by a raw clone() or _Fork(), and a
  * handler the library could never unregister when it is dlclose'd), and
  * comparing with getpid() on each use (the system call this saves). */
-static _Atomic uint32_t *pid_page;
+static _Atomic uint32_t *pid_page; /* set once, ordered by pid_once */
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
 
 static void pid_page_init(void) {
@@ -78,7 +78,7 @@ static void pid_page_init(void) {
     return;
 #ifdef MADV_WIPEONFORK
   if (madvise(p, sz > 0 ? (size_t)sz : 4096, MADV_WIPEONFORK) == 0) {
-    atomic_store_explicit(&pid_page, p, memory_order_release);
+    pid_page = p;
     return;
   }
 #endif
@@ -87,7 +87,7 @@ static void pid_page_init(void) {
 
 uint32_t throttle__pid(void) {
   pthread_once(&pid_once, pid_page_init);
-  _Atomic uint32_t *page = atomic_load_explicit(&pid_page, memory_order_acquire);
+  _Atomic uint32_t *page = pid_page;
   if (page != NULL) {
     uint32_t p = atomic_load_explicit(page, memory_order_relaxed);
     if (p != 0)
