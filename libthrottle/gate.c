@@ -115,8 +115,8 @@ static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
   if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
     return false;
-  if (r->fixed_cap || r->rate_n || (r->flags & (THROTTLE__REC_PAUSED |
-                                                THROTTLE__REC_SHARE_SET)))
+  if (r->fixed_cap || r->auto_max || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
     return false; /* settings an operator made: never evicted */
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state != THROTTLE__SLOT_FREE)
@@ -279,7 +279,7 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
  * leaves it idle (its only participants were dead or past their lease). */
 bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
   if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
-      r->fixed_cap || r->rate_n ||
+      r->fixed_cap || r->auto_max || r->rate_n ||
       (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
     return false;
   reap_locked(r, now, true);

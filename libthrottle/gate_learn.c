@@ -72,10 +72,16 @@ void throttle__learn_bound_locked(struct throttle__rec *r, uint64_t now) {
     r->auto_learned_ns = now;
 }
 
-/* 20 x R x 2^fails, in ns; fields bounded. */
+/* 20 x R x 2^fails, in ns.  Bounded here too: a snapshot reads the
+ * record without repairing it. */
 static uint64_t need_ns(const struct throttle__rec *r) {
-  return (uint64_t)NEED_FACTOR * r->auto_ra_ms * THROTTLE__NS_PER_MS
-         << r->auto_fails;
+  uint64_t ra = r->auto_ra_ms < THROTTLE__MAX_MAX_DELAY_MS
+                    ? r->auto_ra_ms
+                    : THROTTLE__MAX_MAX_DELAY_MS;
+  uint32_t fails = r->auto_fails < THROTTLE__MAX_AUTO_FAILS
+                       ? r->auto_fails
+                       : THROTTLE__MAX_AUTO_FAILS;
+  return (uint64_t)NEED_FACTOR * ra * THROTTLE__NS_PER_MS << fails;
 }
 
 uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r) {
