@@ -444,6 +444,14 @@ static void ovf_done(struct throttle__rec *r, bool *ovf) {
   *ovf = false;
 }
 
+static uint64_t deadline_after(uint64_t now, uint64_t timeout_ms) {
+  if (timeout_ms == THROTTLE_FOREVER)
+    return UINT64_MAX;
+  return throttle__sat_add(now, timeout_ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                    ? UINT64_MAX
+                                    : timeout_ms * THROTTLE__NS_PER_MS);
+}
+
 /* Wait until t is admitted (its slot holding), from scratch or, when
  * registered, from the waiting slot t already has (a requeue).  On success
  * *out = t; otherwise t is freed and its place given back. */
@@ -455,13 +463,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   memcpy(key, t->key, len + 1);
   throttle_class_t cls = t->cls;
   int rc;
-  uint64_t start = throttle__now_ns();
-  uint64_t deadline =
-      timeout_ms == THROTTLE_FOREVER
-          ? UINT64_MAX
-          : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
-                                         ? UINT64_MAX
-                                         : timeout_ms * THROTTLE__NS_PER_MS);
+  /* From the first reading under the mutex (one clock read fewer on the
+   * uncontended path), or from a reading of its own if the mutex is out
+   * of reach first. */
+  uint64_t deadline = 0;
+  bool deadline_set = false;
   struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
@@ -480,11 +486,17 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         t = NULL;
         throttle__fail(h, rc, "%s", why);
       }
+      if (!deadline_set)
+        deadline = deadline_after(throttle__now_ns(), timeout_ms);
       rc = throttle__honour_nb_unlocked(h, key, len, rc, nowait, deadline,
                                         wait_ms);
       break;
     }
     uint64_t now = throttle__now_ns();
+    if (!deadline_set) {
+      deadline = deadline_after(now, timeout_ms);
+      deadline_set = true;
+    }
     struct throttle__rec *r;
     rc = throttle__insert_locked(h, key, len, t->hash, now, &r);
     if (rc != 0) {
@@ -531,7 +543,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
          * slots: its place in the queue is when it came */
         s->ticket = t->ticket != 0 ? t->ticket : next_ticket_locked(h, r);
         s->since_ns = now;
-        s->since_mono_ns = throttle__mono_ns();
+        s->since_mono_ns = 0; /* the lease's clock starts at the grant */
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
@@ -616,9 +628,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
     uint32_t seen = atomic_load_explicit(word, memory_order_acquire);
-    /* Counted while the mutex is held (see grant_locked); the pointer
-     * stays valid after unlocking: the segment stays mapped, and a record
-     * reused meanwhile only gets one wake too many. */
+    /* Counted while the mutex is held (see grant_locked).  The pointer
+     * stays valid after unlocking (the segment stays mapped); the record
+     * cannot be reused while our slot waits in it, and if a bad writer
+     * made it so, a count off by one costs a wake too many, or a waiter's
+     * wake (it re-checks within POLL_NS): late, never early. */
     _Atomic uint32_t *sleepers = s != NULL ? &r->sleepers : NULL;
     if (sleepers != NULL)
       atomic_fetch_add_explicit(sleepers, 1, memory_order_acq_rel);
@@ -654,13 +668,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
+  /* Not calloc: zeroing the whole key buffer costs more than the rest of
+   * the ticket; every field is set here. */
+  throttle_ticket_t *t = throttle__malloc(sizeof *t);
   if (t == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   t->h = h;
   t->cls = cls;
+  t->ticket = 0;
+  t->probe = 0;
   t->len = len;
   memcpy(t->key, key, len);
+  t->key[len] = '\0';
   t->hash = throttle__hash(h->seed, key, len);
   t->slot = UINT32_MAX;
   return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
@@ -709,6 +728,8 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
       .concurrent = s != NULL && s->state == THROTTLE__SLOT_HOLDING
                         ? s->concurrent
                         : 0,
+      .others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) -
+                (s != NULL && s->state == THROTTLE__SLOT_HOLDING ? 1 : 0),
       .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
       .retry_after_ms = retry_after_ms,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,

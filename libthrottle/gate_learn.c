@@ -5,7 +5,10 @@
  *
  * The rules (all under the mutex, in the report of a leave, only while no
  * fixed cap is set; k = the admissions of the key in flight besides this
- * one when it was granted):
+ * one when it was granted, or when it reports if more: an admission
+ * granted after this one may reach the server first, and then it is the
+ * one the server admitted.  Either way k < the cap, so a refusal with
+ * others in flight always lowers it):
  *
  * 1. LOCKED with k >= 1: the server admitted k at once and refused the
  *    next, a hard limit, not congestion: the cap becomes k (floor 1), not
@@ -122,6 +125,8 @@ void throttle__learn_locked(struct throttle__rec *r,
     return;
   uint32_t bound = throttle__learn_bound(r);
   uint32_t k = in->concurrent > 0 ? in->concurrent - 1 : 0;
+  if (in->others > k && in->others < THROTTLE__SLOTS)
+    k = in->others;
   if (in->outcome == THROTTLE_OUTCOME_LOCKED) {
     if (k >= 1)
       learn_refusal(r, in, k, bound);

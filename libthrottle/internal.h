@@ -370,6 +370,7 @@ bool throttle__holder_alive(const struct throttle__slot *s);
 struct throttle__learn_in {
   throttle_outcome_t outcome;
   uint32_t concurrent;     /* holders (with it) when it was granted */
+  uint32_t others;         /* holders besides it when it reports */
   uint64_t hold_ns;        /* grant to report */
   uint64_t retry_after_ms; /* as reported, 0 = none given */
   uint64_t max_delay_ms;   /* the most a Retry-After may mean */

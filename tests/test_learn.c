@@ -25,11 +25,17 @@ static struct throttle__rec *fresh(void) {
   return &r;
 }
 
+static void feed_others(struct throttle__rec *r, throttle_outcome_t o,
+                        uint32_t concurrent, uint32_t others, uint64_t hold_ms,
+                        uint64_t ra_ms) {
+  struct throttle__learn_in in = {o,     concurrent, others, hold_ms * MS,
+                                  ra_ms, 900000,     NOW};
+  throttle__learn_locked(r, &in);
+}
+
 static void feed(struct throttle__rec *r, throttle_outcome_t o,
                  uint32_t concurrent, uint64_t hold_ms, uint64_t ra_ms) {
-  struct throttle__learn_in in = {o, concurrent, hold_ms * MS, ra_ms,
-                                  900000, NOW};
-  throttle__learn_locked(r, &in);
+  feed_others(r, o, concurrent, 0, hold_ms, ra_ms);
 }
 
 /* OKs granted at the cap, hold_ms each, until the cap moves (or n). */
@@ -79,6 +85,19 @@ static void test_learn_locked_sets_cap_to_k(void **state) {
   feed(r, THROTTLE_OUTCOME_LOCKED, 3, 1, 1000);
   assert_int_equal(r->auto_cap, 2);
   assert_int_equal(r->auto_fails, 1);
+}
+
+/* Refused, though granted first: the one granted after it reached the
+ * server first (it is still in flight), so the server admits 1. */
+static void test_learn_locked_counts_later_grants_in_flight(void **state) {
+  (void)state;
+  struct throttle__rec *r = fresh();
+  feed(r, THROTTLE_OUTCOME_OK, 1, 150, 0);
+  assert_int_equal(r->auto_cap, 2);
+  feed_others(r, THROTTLE_OUTCOME_LOCKED, 1, 1, 1, 1000);
+  assert_int_equal(r->auto_cap, 1);
+  assert_int_equal(r->auto_fails, 1);
+  assert_int_equal(r->auto_fail_cap, 2);
 }
 
 /* A refusal with nobody of ours in flight is somebody else's lock. */
@@ -182,6 +201,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_learn_slow_start_by_one_at_cap),
       cmocka_unit_test(test_learn_locked_sets_cap_to_k),
+      cmocka_unit_test(test_learn_locked_counts_later_grants_in_flight),
       cmocka_unit_test(test_learn_locked_alone_learns_nothing),
       cmocka_unit_test(test_learn_raise_priced_by_retry_after),
       cmocka_unit_test(test_learn_fixed_and_bound),
