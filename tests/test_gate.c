@@ -374,7 +374,10 @@ static void test_gate_auto_cap_learns(void **state) {
   atomic_store(&o->server_cap, 1);
   run_server_fleet(fx, o, 4, 150);
   assert_int_equal(field(h, THROTTLE_FIELD_CAP_AUTO), 1);
-  assert_int_equal(field(h, THROTTLE_FIELD_CAP), 1);
+  /* 1, or 2 while a raise priced by the work done is being tried (a slow
+   * run, e.g. under valgrind, does that work in fewer writes). */
+  assert_true(field(h, THROTTLE_FIELD_CAP) <= 2);
+  assert_true(field(h, THROTTLE_FIELD_CAP_FAIL) >= 2); /* refused above 1 */
   int refused_one = atomic_load(&o->refused);
   printf("one writer: 600 writes, %d refused, cap %lld\n", refused_one,
          (long long)field(h, THROTTLE_FIELD_CAP));
