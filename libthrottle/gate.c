@@ -685,6 +685,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   t->key[len] = '\0';
   t->hash = throttle__hash(h->seed, key, len);
   t->slot = UINT32_MAX;
+  t->be = NULL;
   if (h->be != NULL) {
     rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
                             &t->probe, wait_ms);
@@ -696,6 +697,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
       throttle__free(t);
       return rc;
     }
+    t->be = NULL; /* the segment admits this one */
   }
   return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
 }
