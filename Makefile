@@ -7,6 +7,7 @@
 #   make asan | tsan     the tests under AddressSanitizer+UBSan / ThreadSanitizer
 #   make valgrind        the tests under valgrind memcheck
 #   make bench           benchmarks, printed as ratios to a baseline of the same run
+#                        (BENCH_QUICK=1: smaller HTTP fleets, about half the time)
 #   make install PREFIX=/usr/local DESTDIR=
 #
 # Every build flavour lives in its own directory (B=build, build/asan, ...),
@@ -162,11 +163,13 @@ torture: deps $(B)/tests/torture
 
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/bench_*.c))
 
-$(B)/bench/%: bench/%.c $(B)/libthrottle.a include/throttle.h | $(B)/bench
+$(B)/bench/%: bench/%.c $(wildcard bench/*.h) $(B)/libthrottle.a include/throttle.h | $(B)/bench
 	$(CC) $(CFLAGS_ALL) -Ilibthrottle -o $@ $< $(B)/libthrottle.a $(LDLIBS_CORE) -lm
 
+BENCH_QUICK ?= 0
 bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/http_fleet.sh"; B=$(B) BENCH_QUICK=$(BENCH_QUICK) sh bench/http_fleet.sh
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.

@@ -15,6 +15,7 @@
  * moves both sides of a ratio together.  Targets: open-key check <= 1.0 x
  * clock_gettime, and the 90 % figure <= 1.5 x the 1 % figure.
  */
+#include "bench_util.h"
 #include "throttle.h"
 
 #include <stdio.h>
@@ -28,42 +29,13 @@
 #define CAPACITY 4096
 #define NKEYS_HOT 16 /* keys one loader process touches: a few tables */
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return v[n / 2];
-}
-
-static volatile uint64_t sink;
-
-/* ns per clock_gettime(id), one round. */
-static double time_clock(clockid_t id) {
-  struct timespec ts;
-  double t0 = now_ns();
-  for (int i = 0; i < ITERS; i++) {
-    clock_gettime(id, &ts);
-    sink += (uint64_t)ts.tv_nsec;
-  }
-  return (now_ns() - t0) / ITERS;
-}
-
 enum op { OP_REMAINING, OP_WAIT, OP_BACKOFF, OP_COUNT };
 static const char *op_name[OP_COUNT] = {"throttle_remaining", "throttle_wait",
                                         "throttle_backoff"};
 
 /* ns per call, one round, keys round-robin. */
 static double time_op(throttle_t *h, char (*keys)[32], int nkeys, enum op op) {
-  double t0 = now_ns();
+  double t0 = bench_now_ns();
   for (int i = 0; i < ITERS; i++) {
     const char *key = keys[i % nkeys];
     uint64_t ms = 0;
@@ -84,7 +56,7 @@ static double time_op(throttle_t *h, char (*keys)[32], int nkeys, enum op op) {
       exit(1);
     }
   }
-  return (now_ns() - t0) / ITERS;
+  return (bench_now_ns() - t0) / ITERS;
 }
 
 struct figure {
@@ -96,11 +68,11 @@ static struct figure measure(throttle_t *h, char (*keys)[32], int nkeys,
                              enum op op) {
   double ns[ROUNDS], ratio[ROUNDS];
   for (int k = 0; k < ROUNDS; k++) {
-    double base = time_clock(CLOCK_MONOTONIC);
+    double base = bench_time_clock(CLOCK_MONOTONIC, ITERS);
     ns[k] = time_op(h, keys, nkeys, op);
     ratio[k] = ns[k] / base;
   }
-  return (struct figure){median(ns, ROUNDS), median(ratio, ROUNDS)};
+  return (struct figure){bench_median(ns, ROUNDS), bench_median(ratio, ROUNDS)};
 }
 
 /* Fill the table to `fill` keys, then measure every operation on NKEYS_HOT
@@ -143,8 +115,8 @@ int main(void) {
   snprintf(seg, sizeof seg, "/thr-bench-%d", (int)getpid());
   double mono[ROUNDS], boot[ROUNDS], rel[ROUNDS];
   for (int k = 0; k < ROUNDS; k++) {
-    mono[k] = time_clock(CLOCK_MONOTONIC);
-    boot[k] = time_clock(CLOCK_BOOTTIME);
+    mono[k] = bench_time_clock(CLOCK_MONOTONIC, ITERS);
+    boot[k] = bench_time_clock(CLOCK_BOOTTIME, ITERS);
     rel[k] = boot[k] / mono[k];
   }
   struct figure lo[OP_COUNT], hi[OP_COUNT], lo1[OP_COUNT], hi1[OP_COUNT];
@@ -152,7 +124,8 @@ int main(void) {
   run_fill(seg, CAPACITY * 9 / 10, hi, hi1);
   printf("baseline: clock_gettime(CLOCK_MONOTONIC) %.1f ns; "
          "CLOCK_BOOTTIME %.1f ns = %.2fx of it\n",
-         median(mono, ROUNDS), median(boot, ROUNDS), median(rel, ROUNDS));
+         bench_median(mono, ROUNDS), bench_median(boot, ROUNDS),
+         bench_median(rel, ROUNDS));
   printf("table of %d keys; ratios are to one clock_gettime measured in the "
          "same round (median of %d rounds of %d calls)\n",
          CAPACITY, ROUNDS, ITERS);
@@ -160,7 +133,8 @@ int main(void) {
          "x clock", "90% ns", "x clock", "90%/1%");
   int ok = 1;
   for (int op = 0; op < OP_COUNT; op++) {
-    const struct figure *rows[2][2] = {{&lo[op], &hi[op]}, {&lo1[op], &hi1[op]}};
+    const struct figure *rows[2][2] = {{&lo[op], &hi[op]},
+                                       {&lo1[op], &hi1[op]}};
     const char *what[2] = {"16 round-robin", "1 (same buffer)"};
     for (int v = 0; v < 2; v++) {
       const struct figure *a = rows[v][0], *b = rows[v][1];

@@ -47,6 +47,7 @@
  * Nothing is checked here (make check does that); exit 1 means the
  * benchmark itself could not run (open, fork, an unexpected error code).
  */
+#include "bench_util.h"
 #include "throttle.h"
 
 #include <errno.h>
@@ -239,28 +240,10 @@ static int job(struct run *r, throttle_t *h, uint64_t *rng) {
   return 0;
 }
 
-static throttle_t *open_seg(const char *seg, unsigned flags) {
-  throttle_config_t *cfg = throttle_config_new();
-  throttle_t *h = NULL;
-  int rc = cfg ? throttle_config_set_segment(cfg, seg) : THROTTLE_ENOMEM;
-  if (rc == 0)
-    rc = throttle_config_set_flags(cfg, THROTTLE_NO_FALLBACK | flags);
-  if (rc == 0)
-    rc = throttle_open(cfg, &h);
-  throttle_config_free(cfg);
-  if (rc != 0) {
-    fprintf(stderr, "bench_fleet: open %s: %s (%s)\n", seg,
-            throttle_strerror(rc), h ? throttle_errmsg(h) : "");
-    throttle_close(h);
-    return NULL;
-  }
-  return h;
-}
-
 static void loader(struct run *r, int idx) {
   throttle_t *h = NULL;
-  if (r->strategy >= STRAT_C && (h = open_seg(r->seg, THROTTLE_NO_CREATE)) ==
-                                    NULL)
+  if (r->strategy >= STRAT_C &&
+      (h = bench_open("bench_fleet", r->seg, THROTTLE_NO_CREATE)) == NULL)
     _exit(1);
   uint64_t rng = UINT64_C(0x9e3779b97f4a7c15) ^
                  ((uint64_t)(r->strategy * 64 + r->n) << 32) ^ (uint64_t)idx;
@@ -312,7 +295,7 @@ static void prepare(struct run *r, int strategy, int n, int jobs,
   if (strategy < STRAT_C)
     return;
   throttle_unlink(r->seg);
-  throttle_t *h = open_seg(r->seg, 0);
+  throttle_t *h = bench_open("bench_fleet", r->seg, 0);
   if (h == NULL)
     exit(1);
   if (strategy == STRAT_E) {
@@ -390,9 +373,9 @@ static void fleet(int serial) {
     uint64_t hold;
   } scen[] = {{"own", JOBS_OWN, 0}, {"hold", JOBS_HOLD, HOLD_NS}};
   enum { NRUNS = NSTRAT * NSIZES };
-  struct run *runs = mmap(NULL, sizeof(struct run) * NRUNS,
-                          PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                          -1, 0);
+  struct run *runs =
+      mmap(NULL, sizeof(struct run) * NRUNS, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (runs == MAP_FAILED) {
     perror("bench_fleet: mmap");
     exit(1);
@@ -479,7 +462,7 @@ static void ho_release_mark(struct handover *ho, int me) {
 }
 
 static void ho_throttle(struct handover *ho, const char *seg, int me) {
-  throttle_t *h = open_seg(seg, THROTTLE_NO_CREATE);
+  throttle_t *h = bench_open("bench_fleet", seg, THROTTLE_NO_CREATE);
   if (h == NULL)
     _exit(1);
   for (;;) {
@@ -560,7 +543,7 @@ static void ho_run(int kind, int np, uint64_t *out) {
   int fds[2][2];
   if (kind == HO_THROTTLE) {
     throttle_unlink(seg);
-    throttle_t *h = open_seg(seg, 0);
+    throttle_t *h = bench_open("bench_fleet", seg, 0);
     if (h == NULL || throttle_set_max_parallel(h, KEY, 1) != 0) {
       fprintf(stderr, "bench_fleet: hand-over setup failed\n");
       exit(1);
