@@ -180,12 +180,19 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  uint64_t nb;
-  struct throttle__rec *r;
-  rc = read_nb(h, key, len, &nb, &r, NULL);
-  if (rc != 0)
-    return rc;
-  *ms = nb == 0 ? 0 : ms_left(h, nb, throttle__now_ns());
+  /* the latest of the key's and its scopes' */
+  uint64_t most = 0;
+  for (size_t p = 0, q = 0; q < len; p = q + 1) {
+    size_t s = throttle__scope_next(key, len, p);
+    q = s ? s : len;
+    uint64_t nb;
+    struct throttle__rec *r;
+    if ((rc = read_nb(h, key, q, &nb, &r, NULL)) != 0)
+      return rc;
+    if (nb > most)
+      most = nb;
+  }
+  *ms = most == 0 ? 0 : ms_left(h, most, throttle__now_ns());
   return 0;
 }
 
@@ -240,16 +247,41 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  /* The hot path: open and not held by the gate.  No clock, no lock. */
-  uint64_t nb;
-  struct throttle__rec *r;
-  if ((rc = read_nb(h, key, len, &nb, &r, NULL)) != 0)
-    return rc;
-  if (r == NULL || (nb == 0 && !throttle__gate_held(r))) {
-    throttle__clear_msg(h);
-    return 0;
+  /* The key and each of its scopes (scope.c), root first.  The hot path:
+   * every level open and not held by the gate; no clock, no lock.  A level
+   * waited for may let another close meanwhile: look at all again. */
+  uint64_t start = 0;
+  for (bool waited = true; waited;) {
+    waited = false;
+    size_t p = 0, l;
+    do {
+      size_t q = throttle__scope_next(key, len, p);
+      l = q ? q : len;
+      p = q + 1;
+      uint64_t nb;
+      struct throttle__rec *r;
+      if ((rc = read_nb(h, key, l, &nb, &r, NULL)) != 0)
+        return rc;
+      if (r == NULL || (nb == 0 && !throttle__gate_held(r)))
+        continue;
+      uint64_t now = throttle__now_ns();
+      if (nb <= now && !throttle__gate_held(r))
+        continue; /* passed: nothing waited for, nothing to look at again */
+      if (start != 0 && now - start >= h->max_delay_ns)
+        continue; /* this process's own maximum, from the start of the call */
+      if (start == 0)
+        start = now;
+      uint64_t spent = (now - start) / THROTTLE__NS_PER_MS;
+      if ((rc = wait_slow(h, key, l,
+                          timeout_ms == THROTTLE_FOREVER ? timeout_ms
+                          : spent < timeout_ms           ? timeout_ms - spent
+                                                         : 0)) != 0)
+        return rc;
+      waited = true;
+    } while (l < len);
   }
-  return wait_slow(h, key, len, timeout_ms);
+  throttle__clear_msg(h);
+  return 0;
 }
 
 static int wait_slow(throttle_t *h, const char *key, size_t len,
@@ -336,6 +368,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
      * which another thread may rewrite (evict, reuse) once it is released.
      * A wake does not sleep; with no sleepers it is one system call. */
     throttle__wake_rec(r);
+    throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
   throttle__unlock(h);
   if (r == NULL)

@@ -334,6 +334,9 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     *next = nb;
     return;
   }
+  int scope = throttle__scope_gate_locked(h, r, now, next);
+  if (scope == THROTTLE__SCOPE_HELD)
+    return;
   if (r->probe_ticket != 0) {
     bool out = false;
     for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
@@ -384,6 +387,10 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     bump(s);
     if (w != NULL && w->n < THROTTLE__SLOTS)
       w->slot[w->n++] = s;
+    if (scope == THROTTLE__SCOPE_PROBE) { /* alone until the scope's answer */
+      throttle__scope_take_probe_locked(h, r, s);
+      return;
+    }
   }
 }
 
@@ -656,6 +663,12 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *t) {
   return t != NULL && t->probe;
 }
 
+static uint64_t delay_ns(uint64_t retry_after_ms) {
+  uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
+  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
+                                               : ms * THROTTLE__NS_PER_MS;
+}
+
 static bool publishes(throttle_outcome_t outcome) {
   return outcome == THROTTLE_OUTCOME_LOCKED ||
          outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
@@ -699,13 +712,9 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     sat_inc(&r->locked);
   if (outcome == THROTTLE_OUTCOME_PERMANENT)
     sat_inc(&r->permanent);
-  if (publishes(outcome)) {
-    uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
-    throttle__publish_locked(h, r, now,
-                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
-                                 ? UINT64_MAX
-                                 : ms * THROTTLE__NS_PER_MS);
-  }
+  if (publishes(outcome) &&
+      throttle__publish_len(h, t->key, t->len, outcome) == t->len)
+    throttle__publish_locked(h, r, now, delay_ns(retry_after_ms));
   if (s != NULL) /* a stale report says nothing of the cap now */
     throttle__learn_locked(r, outcome, others, concurrent);
   r->last_use_ns = now;
@@ -737,6 +746,9 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     return rc; /* the slot lapses with its lease */
   }
   uint64_t now = throttle__now_ns();
+  if (publishes(outcome))
+    throttle__scope_publish_locked(h, t->key, t->len, outcome,
+                                   delay_ns(retry_after_ms), now);
   struct throttle__rec *r = throttle__find_locked(h, t->key, t->len, t->hash);
   if (r == NULL && publishes(outcome))
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
@@ -744,6 +756,7 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   bool stale = r == NULL ||
                !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
                               &w);
+  throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
   throttle__unlock(h);
   wake_all(&w);
   if (rc == 0 && bad_outcome)

@@ -251,6 +251,11 @@ struct throttle {
   void *intr_arg;
   uint64_t intr_period_ns;
   char open_msg[512]; /* why the handle fell back, or "" */
+  /* throttle_set_publish_level(): per outcome (LOCKED, RATE_LIMITED,
+   * UNAVAILABLE), where its back-off goes; bit o of publish_set says
+   * publish_level[o] was set (scope.c has the defaults). */
+  int16_t publish_level[4];
+  uint8_t publish_set;
 };
 
 struct throttle_info {
@@ -367,6 +372,39 @@ void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
 bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
+
+/* scope.c */
+/* The end of the next scope of key at or after from (a '/' past the first
+ * byte), or 0 when there is none. */
+size_t throttle__scope_next(const char *key, size_t len, size_t from);
+enum {
+  THROTTLE__SCOPE_OPEN = 0,  /* no scope holds r */
+  THROTTLE__SCOPE_HELD = 1,  /* paused, not-before (*next), or probe out */
+  THROTTLE__SCOPE_PROBE = 2, /* a scope's episode: grant one, as its probe */
+};
+int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
+                                uint64_t now, uint64_t *next);
+/* held was just granted on r after THROTTLE__SCOPE_PROBE: make it the
+ * probe of every scope of r in an episode with no probe out. */
+void throttle__scope_take_probe_locked(throttle_t *h,
+                                       const struct throttle__rec *r,
+                                       const struct throttle__slot *held);
+/* The admission ticket left with outcome: if it probed a scope of key,
+ * free its place there, end the episode on OK, wake the keys beneath. */
+void throttle__scope_report_locked(throttle_t *h, const char *key,
+                                   size_t len, uint64_t ticket,
+                                   throttle_outcome_t outcome);
+/* Wake (and with cancel, cancel) the waiters of every key beneath s. */
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel);
+/* Publish outcome's back-off on the scope of key the handle routes it to
+ * (nothing when that is the key itself: the caller publishes there). */
+void throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                    size_t len, throttle_outcome_t outcome,
+                                    uint64_t delay_ns, uint64_t now);
+/* How much of key an outcome's back-off is published on (its length). */
+uint32_t throttle__publish_len(const throttle_t *h, const char *key,
+                               size_t len, throttle_outcome_t outcome);
 
 #ifdef THROTTLE_TESTING
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)

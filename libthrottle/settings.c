@@ -9,7 +9,7 @@
 /* Find or create key, apply fn under the mutex, then let waiters re-check. */
 static int with_key(throttle_t *h, const char *key, bool create,
                     void (*fn)(struct throttle__rec *, const void *),
-                    const void *arg) {
+                    const void *arg, bool cancel_below) {
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
@@ -31,6 +31,9 @@ static int with_key(throttle_t *h, const char *key, bool create,
     /* Wake under the lock: once it is released the record may be evicted
      * and its slots rewritten. */
     throttle__wake_rec(r);
+    /* A scope: every key beneath looks again (scope.c), and a cancel
+     * reaches their waiters too. */
+    throttle__scope_below_locked(h, r, cancel_below);
   }
   throttle__unlock(h);
   if (rc == 0)
@@ -49,7 +52,7 @@ THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
                               "max parallel %u: at most %u", n,
                               THROTTLE__SLOTS)
              : THROTTLE_EINVAL;
-  return with_key(h, key, true, set_cap, &n);
+  return with_key(h, key, true, set_cap, &n, false);
 }
 
 struct rate_arg {
@@ -71,7 +74,7 @@ THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
                               "rate period must be 1 ms to a year")
              : THROTTLE_EINVAL;
   struct rate_arg a = {n, period_ms * THROTTLE__NS_PER_MS};
-  return with_key(h, key, true, set_rate, &a);
+  return with_key(h, key, true, set_rate, &a, false);
 }
 
 static void set_share(struct throttle__rec *r, const void *arg) {
@@ -87,7 +90,7 @@ THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
                               "backfill share must be within 0 and 1")
              : THROTTLE_EINVAL;
   uint32_t permille = (uint32_t)(share * 1000.0 + 0.5);
-  return with_key(h, key, true, set_share, &permille);
+  return with_key(h, key, true, set_share, &permille, false);
 }
 
 static void set_paused(struct throttle__rec *r, const void *arg) {
@@ -99,12 +102,12 @@ static void set_paused(struct throttle__rec *r, const void *arg) {
 
 THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key) {
   int on = 1;
-  return with_key(h, key, true, set_paused, &on);
+  return with_key(h, key, true, set_paused, &on, false);
 }
 
 THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key) {
   int on = 0;
-  return with_key(h, key, false, set_paused, &on);
+  return with_key(h, key, false, set_paused, &on, false);
 }
 
 static void do_cancel(struct throttle__rec *r, const void *arg) {
@@ -113,7 +116,7 @@ static void do_cancel(struct throttle__rec *r, const void *arg) {
 }
 
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
-  return with_key(h, key, false, do_cancel, NULL);
+  return with_key(h, key, false, do_cancel, NULL, true);
 }
 
 

@@ -1,0 +1,216 @@
+/*
+ * scope.c — keys as paths.  A key's scopes are its prefixes at '/': for
+ * "hotdata:ws1/orders" the scope "hotdata:ws1".  A scope is an ordinary
+ * record (its own not-before, pause, cancel generation, lock episode), so
+ * throttle_backoff(), throttle_pause() and throttle_cancel() on a scope
+ * need nothing new; what this file owns is how a scope reaches the keys
+ * beneath it:
+ *
+ *  - the gate of a key also consults its scopes (throttle__scope_gate_locked,
+ *    called by grant_locked): a scope's not-before, pause or probe holds
+ *    every key beneath;
+ *  - after a scope's not-before passes, ONE admission beneath it goes as the
+ *    scope's probe: it takes a holding slot in the scope's record (so the
+ *    scope's lease and dead-holder reclaim apply to it unchanged) and the
+ *    scope's probe ticket; its leave answers for the scope
+ *    (throttle__scope_report_locked);
+ *  - which record a transient answer is published on (throttle__publish_key):
+ *    LOCKED on the key, 429 and 503 on the root scope, unless the handle
+ *    says otherwise (throttle_set_publish_level);
+ *  - operator changes on a scope (resume, cancel, clear) reach the waiters
+ *    of every key beneath (throttle__scope_below_locked).
+ *
+ * Rejected: copying a scope's not-before into every record beneath on
+ * publish (a key created later would miss it, and a publish would cost a
+ * table walk); a scope field in each record pointing at its parent (records
+ * are evicted and reused, so the pointer would need its own validation);
+ * a separate table of scopes (a second lookup structure to repair after a
+ * crash).  The cost is one more lock-free lookup per level on the open-key
+ * path (bench/bench_backoff.c measures it against clock_gettime).
+ */
+#include "internal.h"
+
+#include <string.h>
+
+size_t throttle__scope_next(const char *key, size_t len, size_t from) {
+  for (size_t i = from; i < len; i++)
+    if (key[i] == '/' && i > 0)
+      return i;
+  return 0;
+}
+
+static bool below(const struct throttle__rec *r, const char *scope,
+                  size_t len) {
+  return r->state == THROTTLE__REC_USED && r->key_len > len &&
+         r->key[len] == '/' && memcmp(r->key, scope, len) == 0;
+}
+
+/* The scope's record, or NULL when the scope was never named. */
+static struct throttle__rec *scope_rec(throttle_t *h, const char *key,
+                                       size_t len) {
+  return throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+}
+
+/* Is the scope's probe still held?  Its holding slot is in the scope's own
+ * record; the dead-holder reclaim and the lease of gate.c free it. */
+static bool probe_out(struct throttle__rec *s, uint64_t now) {
+  if (s->probe_ticket == 0)
+    return false;
+  throttle__reap_locked(s, now);
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+        s->slot[i].ticket == s->probe_ticket)
+      return true;
+  __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+  return false;
+}
+
+int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
+                                uint64_t now, uint64_t *next) {
+  int verdict = THROTTLE__SCOPE_OPEN;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL)
+      continue;
+    if (s->flags & THROTTLE__REC_PAUSED)
+      return THROTTLE__SCOPE_HELD;
+    uint64_t nb = throttle__clamp_nb_locked(h, s, now);
+    if (nb > now) {
+      *next = nb;
+      return THROTTLE__SCOPE_HELD;
+    }
+    if (s->flags & THROTTLE__REC_EPISODE) {
+      if (probe_out(s, now))
+        return THROTTLE__SCOPE_HELD;
+      verdict = THROTTLE__SCOPE_PROBE;
+    }
+  }
+  return verdict;
+}
+
+void throttle__scope_take_probe_locked(throttle_t *h,
+                                       const struct throttle__rec *r,
+                                       const struct throttle__slot *held) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL || !(s->flags & THROTTLE__REC_EPISODE) ||
+        s->probe_ticket != 0)
+      continue;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+      struct throttle__slot *q = &s->slot[i];
+      if (q->state != THROTTLE__SLOT_FREE)
+        continue;
+      /* The probe's identity, so the scope's reclaim judges it as the
+       * key's would.  The times first, the state last (as in a grant). */
+      q->since_ns = held->since_ns;
+      q->since_mono_ns = held->since_mono_ns;
+      q->pid = held->pid;
+      q->start = held->start;
+      q->pidns = held->pidns;
+      q->lease_ms = held->lease_ms;
+      q->ticket = held->ticket;
+      q->cls = held->cls;
+      q->probe = 1;
+      q->concurrent = 1;
+      q->state = THROTTLE__SLOT_HOLDING;
+      __atomic_store_n(&s->probe_ticket, held->ticket, __ATOMIC_RELEASE);
+      if (s->probes < UINT64_MAX)
+        s->probes++;
+      break;
+    }
+    /* A scope with no free slot is not probed: its keys go as they would
+     * without it (fail open rather than hold them forever). */
+  }
+}
+
+void throttle__scope_report_locked(throttle_t *h, const char *key,
+                                   size_t len, uint64_t ticket,
+                                   throttle_outcome_t outcome) {
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
+    struct throttle__rec *s = scope_rec(h, key, p);
+    if (s == NULL || ticket == 0 || s->probe_ticket != ticket)
+      continue;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+      if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+          s->slot[i].ticket == ticket) {
+        s->slot[i].state = THROTTLE__SLOT_FREE;
+        s->slot[i].ticket = 0;
+        s->slot[i].probe = 0;
+        s->slot[i].pid = 0;
+        atomic_fetch_add_explicit(&s->slot[i].word, 1, memory_order_release);
+      }
+    __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+    if (outcome == THROTTLE_OUTCOME_OK)
+      throttle__rec_flags(s, THROTTLE__REC_EPISODE, false);
+    throttle__wake_rec(s);
+    throttle__scope_below_locked(h, s, false);
+  }
+}
+
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel) {
+  size_t len = s->key_len;
+  if (len == 0 || len > THROTTLE__KEY_MAX)
+    return;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r == s || !below(r, s->key, len))
+      continue;
+    if (cancel)
+      throttle__cancel_locked(r);
+    throttle__wake_rec(r);
+  }
+}
+
+uint32_t throttle__publish_len(const throttle_t *h, const char *key,
+                               size_t len, throttle_outcome_t outcome) {
+  int level;
+  unsigned o = (unsigned)outcome;
+  if (o < 4 && (h->publish_set & (1u << o)))
+    level = h->publish_level[o];
+  else
+    level = outcome == THROTTLE_OUTCOME_LOCKED ? THROTTLE_LEVEL_KEY
+                                               : THROTTLE_LEVEL_ROOT;
+  if (level == THROTTLE_LEVEL_KEY)
+    return (uint32_t)len;
+  /* level n: the prefix of n components; a key with fewer scopes than
+   * that publishes on itself, and ROOT on a key without scopes is the key */
+  int n = 0;
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++)
+    if (level == THROTTLE_LEVEL_ROOT || ++n == level)
+      return (uint32_t)p;
+  return (uint32_t)len;
+}
+
+void throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                    size_t len, throttle_outcome_t outcome,
+                                    uint64_t delay_ns, uint64_t now) {
+  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+  struct throttle__rec *s;
+  if (plen < len &&
+      throttle__insert_locked(h, key, plen, throttle__hash(h->seed, key, plen),
+                              now, &s) == 0)
+    throttle__publish_locked(h, s, now, delay_ns);
+}
+
+THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
+                                               throttle_outcome_t outcome,
+                                               int level) {
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  if (outcome != THROTTLE_OUTCOME_LOCKED &&
+      outcome != THROTTLE_OUTCOME_RATE_LIMITED &&
+      outcome != THROTTLE_OUTCOME_UNAVAILABLE)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "only LOCKED, RATE_LIMITED and UNAVAILABLE publish");
+  if (level < THROTTLE_LEVEL_ROOT || level > (int)THROTTLE__KEY_MAX)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "publish level %d: KEY (0), ROOT (-1) or 1..%u",
+                          level, THROTTLE__KEY_MAX);
+  h->publish_level[outcome] = (int16_t)level;
+  h->publish_set |= (uint8_t)(1u << outcome);
+  throttle__clear_msg(h);
+  return 0;
+}
