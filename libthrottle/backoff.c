@@ -239,6 +239,25 @@ static int wait_gate(throttle_t *h, const char *key, size_t len,
 static int wait_slow(throttle_t *h, const char *key, size_t len,
                      uint64_t timeout_ms) __attribute__((noinline));
 
+/* The open-key check without the mutex: 1 when key is absent or open and
+ * not held by the gate (*idx its record, UINT32_MAX when absent), 0 when
+ * it needs a closer look.  Inlined: it is the whole hot path. */
+static inline __attribute__((always_inline)) int
+peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
+  uint32_t i, seq;
+  *idx = UINT32_MAX;
+  int f = throttle__find_nolock(h, key, len, &i, &seq);
+  if (f <= 0)
+    return f == 0;
+  const struct throttle__rec *r = &h->recs[i];
+  uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+  int held = throttle__gate_held(r);
+  if (!throttle__seq_still(h, seq))
+    return 0;
+  *idx = i;
+  return v == 0 && !held;
+}
+
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms) {
   size_t len;
@@ -250,7 +269,18 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   /* The key and each of its scopes (scope.c), root first.  The hot path:
    * every level open and not held by the gate; no clock, no lock.  A level
    * waited for may let another close meanwhile: look at all again. */
-  uint64_t start = 0;
+  /* read before the look whose result it may vouch for */
+  uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_acquire);
+  uint32_t idx;
+  if (peek_open(h, key, len, &idx) &&
+      (throttle__scope_next(key, len, 0) == 0 ||
+       (idx != UINT32_MAX &&
+        throttle__guess_scopes_open(h, key, len, idx, gen)))) {
+    throttle__clear_msg(h); /* the hot path: one lookup */
+    return 0;
+  }
+  uint64_t nb, start = 0;
+  struct throttle__rec *r = NULL;
   for (bool waited = true; waited;) {
     waited = false;
     size_t p = 0, l;
@@ -258,8 +288,6 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       size_t q = throttle__scope_next(key, len, p);
       l = q ? q : len;
       p = q + 1;
-      uint64_t nb;
-      struct throttle__rec *r;
       if ((rc = read_nb(h, key, l, &nb, &r, NULL)) != 0)
         return rc;
       if (r == NULL || (nb == 0 && !throttle__gate_held(r)))
@@ -279,6 +307,8 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
         return rc;
       waited = true;
     } while (l < len);
+    if (!waited && r != NULL) /* r: the key's own record, looked at last */
+      throttle__guess_note_scopes(h, key, len, (uint32_t)(r - h->recs), gen);
   }
   throttle__clear_msg(h);
   return 0;

@@ -148,6 +148,7 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   THROTTLE__CRASHPOINT("gate-mid-publish");
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);
+  throttle__scope_touch(h); /* after the not-before (scope.c) */
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
   r->last_pid = (uint32_t)getpid();
@@ -382,6 +383,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (r->flags & THROTTLE__REC_EPISODE) {
       s->probe = 1;
       __atomic_store_n(&r->probe_ticket, s->ticket, __ATOMIC_RELEASE);
+      throttle__scope_touch(h); /* r may be a scope: its keys are held */
       sat_inc(&r->probes);
     }
     bump(s);

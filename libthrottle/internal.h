@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 2u
+#define THROTTLE__LAYOUT 3u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -66,6 +66,11 @@ struct throttle__hdr {
    * which key (insert, evict, index rebuild), so lock-free readers can tell
    * that what they read was stable. */
   _Alignas(THROTTLE__CACHELINE) _Atomic uint32_t tseq;
+  /* Bumped after any change that can make an open key's scope hold it (a
+   * publish, a pause, a probe sent out, and any insert, evict or repair):
+   * a reader that saw every scope of a key open under this value knows
+   * they still are (table.c's guesses keep that). */
+  _Atomic uint32_t sgen;
   uint32_t used;
   uint32_t free_head; /* record index + 1, 0 = none */
   uint32_t tombstones;
@@ -316,6 +321,14 @@ uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
                           uint32_t *idx, uint32_t *seq);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+/* This thread saw every scope of key, found at record idx, open under
+ * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).
+ * Lock-free; only a hint for the open-key path: any publish, pause,
+ * probe, insert, evict or repair since changes sgen. */
+bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen);
+void throttle__guess_note_scopes(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen);
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash);
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
@@ -376,7 +389,15 @@ bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
 /* scope.c */
 /* The end of the next scope of key at or after from (a '/' past the first
  * byte), or 0 when there is none. */
-size_t throttle__scope_next(const char *key, size_t len, size_t from);
+static inline size_t throttle__scope_next(const char *key, size_t len,
+                                          size_t from) {
+  if (from == 0)
+    from = 1; /* a leading '/' names no scope */
+  if (from >= len)
+    return 0;
+  const char *s = memchr(key + from, '/', len - from);
+  return s != NULL ? (size_t)(s - key) : 0;
+}
 enum {
   THROTTLE__SCOPE_OPEN = 0,  /* no scope holds r */
   THROTTLE__SCOPE_HELD = 1,  /* paused, not-before (*next), or probe out */
@@ -402,6 +423,10 @@ void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
 void throttle__scope_publish_locked(throttle_t *h, const char *key,
                                     size_t len, throttle_outcome_t outcome,
                                     uint64_t delay_ns, uint64_t now);
+/* After a change that can make a scope hold (see hdr->sgen). */
+static inline void throttle__scope_touch(throttle_t *h) {
+  atomic_fetch_add_explicit(&h->hdr->sgen, 1, memory_order_release);
+}
 /* How much of key an outcome's back-off is published on (its length). */
 uint32_t throttle__publish_len(const throttle_t *h, const char *key,
                                size_t len, throttle_outcome_t outcome);

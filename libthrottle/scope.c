@@ -32,13 +32,6 @@
 
 #include <string.h>
 
-size_t throttle__scope_next(const char *key, size_t len, size_t from) {
-  for (size_t i = from; i < len; i++)
-    if (key[i] == '/' && i > 0)
-      return i;
-  return 0;
-}
-
 static bool below(const struct throttle__rec *r, const char *scope,
                   size_t len) {
   return r->state == THROTTLE__REC_USED && r->key_len > len &&
@@ -116,6 +109,7 @@ void throttle__scope_take_probe_locked(throttle_t *h,
       q->concurrent = 1;
       q->state = THROTTLE__SLOT_HOLDING;
       __atomic_store_n(&s->probe_ticket, held->ticket, __ATOMIC_RELEASE);
+      throttle__scope_touch(h);
       if (s->probes < UINT64_MAX)
         s->probes++;
       break;

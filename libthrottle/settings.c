@@ -34,6 +34,7 @@ static int with_key(throttle_t *h, const char *key, bool create,
     /* A scope: every key beneath looks again (scope.c), and a cancel
      * reaches their waiters too. */
     throttle__scope_below_locked(h, r, cancel_below);
+    throttle__scope_touch(h); /* a pause may hold keys beneath (scope.c) */
   }
   throttle__unlock(h);
   if (rc == 0)

@@ -347,6 +347,45 @@ static void test_scope_publish_level_is_configurable(void **state) {
                    THROTTLE_EINVAL);
 }
 
+/* ---- the open-key path's memory of open scopes ------------------------ */
+
+static int child_backs_off(void *p) {
+  struct th_fx *fx = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(throttle_backoff(h, "ws1", TH_LONG_MS) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_scope_open_path_sees_later_scope_backoff(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  char key[32] = "ws1/orders";
+  const char *named[] = {key, "ws1"}; /* both exist: no insert below */
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(throttle_backoff(h, named[i], 1), 0);
+    assert_int_equal(throttle_clear(h, named[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) /* seen open, remembered */
+    assert_int_equal(throttle_wait(h, key, 0), 0);
+  th_reap_ok(fx, th_spawn(fx, child_backs_off, fx), HANG_GUARD_MS);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+  /* the same buffer, now another key of the same length: its scope is
+   * looked at, not what was remembered for the buffer */
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  assert_int_equal(throttle_backoff(h, "ws2/orders", 1), 0);
+  assert_int_equal(throttle_clear(h, "ws2/orders"), 0);
+  assert_int_equal(throttle_wait(h, key, 0), 0);
+  memcpy(key, "ws2/orders", 11);
+  assert_int_equal(throttle_wait(h, key, 0), 0);
+  assert_int_equal(throttle_backoff(h, "ws2", TH_LONG_MS), 0);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+  assert_int_equal(throttle_pause(h, "ws3"), 0);
+  memcpy(key, "ws3/orders", 11); /* never named: looked at in full */
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -361,6 +400,7 @@ int main(void) {
       T(test_scope_clear_wakes_keys_beneath),
       T(test_scope_signals_go_where_meant_by_default),
       T(test_scope_publish_level_is_configurable),
+      T(test_scope_open_path_sees_later_scope_backoff),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
