@@ -174,7 +174,8 @@ THROTTLE_EXTERN int throttle_config_set_capacity(throttle_config_t *cfg,
 /* Largest delay this process honours: throttle_wait() and
  * throttle_remaining() treat a longer not-before as this long (counted from
  * the start of the wait).  throttle_enter() follows the gate all processes
- * share, bounded by the segment's maximum; bound its wait with its timeout.
+ * share, bounded by the segment's maximum (its throttle_try_enter() hint
+ * counts this process's maximum too); bound its wait with its timeout.
  * It never changes what is stored for the others (a loosely configured
  * process cannot shorten their waits).  When
  * this process creates the segment, it is also the segment's maximum, the

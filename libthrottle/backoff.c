@@ -121,6 +121,8 @@ int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
   _Atomic uint32_t word = 0; /* nobody wakes it: a timed sleep */
   for (;;) {
     uint64_t nb = throttle__nb_nolock(h, key, len), now = throttle__now_ns();
+    if (nb > throttle__sat_add(now, h->max_delay_ns)) /* what it honours */
+      nb = throttle__sat_add(now, h->max_delay_ns);
     if (nb <= now)
       return throttle__fail(h, lock_rc, "%s", why);
     if (nowait || nb > deadline) {

@@ -574,8 +574,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     /* Not admitted (yet).  A not-before beyond the deadline cannot be
      * waited out: say so now rather than sleep to the deadline.  Clamped:
      * grant_locked() returns before clamping for a paused key, and a
-     * stored not-before past the maximum delay would become the hint. */
+     * stored not-before past the maximum delay would become the hint.
+     * The hint, and giving up at once, count this process's own maximum
+     * too (it never lets the gate admit it early; see throttle.h). */
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
+    if (nb > throttle__sat_add(now, h->max_delay_ns))
+      nb = throttle__sat_add(now, h->max_delay_ns);
     if (nowait || interrupted || now >= deadline ||
         (nb > now && nb > deadline)) {
       ovf_done(r, &ovf);

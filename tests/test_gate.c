@@ -259,10 +259,13 @@ static void test_gate_one_probe_per_episode(void **state) {
     w[i] = (struct worker){fx, o, i, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
     pid[i] = th_spawn(fx, probe_worker, &w[i]);
   }
-  /* Before the not-before: nobody. */
+  /* Before the not-before: nobody.  (On a loaded machine, or under
+   * valgrind, the look may come after it: then admissions are allowed.) */
   th_sleep_ms(200);
-  assert_int_equal(atomic_load(&o->seq), 0);
-  assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 0);
+  int64_t in_flight = field(h, THROTTLE_FIELD_IN_FLIGHT);
+  int seen = atomic_load(&o->seq);
+  if (seen != 0 || in_flight != 0)
+    assert_true(th_now_ns() - t0 >= UINT64_C(400) * 1000000);
   for (int i = 0; i < 8; i++)
     th_reap_ok(fx, pid[i], HANG_MS);
   /* Never early: the first admission came after the 400 ms not-before,
