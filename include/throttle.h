@@ -438,6 +438,15 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
  * admission beneath it goes as the scope's probe; the others, on every key
  * beneath, wait for its answer (I3 on scopes).
  *
+ * A scope with a cap (throttle_set_max_parallel()) or a rate
+ * (throttle_set_rate()) is a pool: it bounds the SUM of the admissions of
+ * every key beneath it.  An admission takes its place at the key and at
+ * every pool above it at once; places go first come, first served across
+ * the keys of a pool, live before backfill (throttle_set_backfill_share()
+ * on the scope bounds backfill's part of the pool); a leave hands its
+ * place to the oldest eligible waiter of any key beneath.  The rate of a
+ * pool is a budget for all its keys.  Each key keeps its own cap.
+ *
  * Where a transient answer is published, per outcome: THROTTLE_LEVEL_KEY
  * (the key itself), THROTTLE_LEVEL_ROOT (its root scope; the key when it
  * has no scope), or n >= 1 (its prefix of n components; the key when it has

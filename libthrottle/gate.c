@@ -78,14 +78,6 @@ static void bump(struct throttle__slot *s) {
   atomic_fetch_add_explicit(&s->word, 1, memory_order_release);
 }
 
-static uint32_t backfill_cap(const struct throttle__rec *r, uint32_t cap) {
-  uint32_t share = throttle__share_of(r);
-  if (share == 0)
-    return 0;
-  uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
-  return n < 1 ? 1 : n;
-}
-
 static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->state = THROTTLE__SLOT_FREE;
   s->probe = 0;
@@ -175,7 +167,7 @@ static void bound_slot_times(struct throttle__slot *s, uint64_t now,
 }
 
 /* A conforming GCRA state never runs more than one period ahead of now. */
-static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
+void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
   if (r->rate_n != 0 && r->rate_period_ns == 0)
     r->rate_n = 0; /* no period: no rate (the setter never writes this) */
   if (r->rate_n == 0)
@@ -195,7 +187,7 @@ static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
   uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
-  bound_rate(h, r, now);
+  throttle__bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
@@ -230,29 +222,6 @@ static void wake_all(struct wake *w) {
   for (uint32_t i = 0; i < w->n; i++)
     throttle__futex_wake(&w->slot[i]->word);
   w->n = 0;
-}
-
-/* GCRA with burst n: an admission at `now` conforms when
- * tat - (n - 1) * T <= now, T = period / n.  *ready is when it will. */
-static bool rate_allows(const struct throttle__rec *r, uint64_t now,
-                        uint64_t *ready) {
-  if (r->rate_n == 0)
-    return true;
-  uint64_t T = r->rate_period_ns / r->rate_n;
-  uint64_t tau = T * (r->rate_n - 1);
-  uint64_t earliest = r->rate_tat_ns > tau ? r->rate_tat_ns - tau : 0;
-  if (earliest <= now)
-    return true;
-  *ready = earliest;
-  return false;
-}
-
-static void rate_take(struct throttle__rec *r, uint64_t now) {
-  if (r->rate_n == 0)
-    return;
-  uint64_t T = r->rate_period_ns / r->rate_n;
-  uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
-  r->rate_tat_ns = throttle__sat_add(base, T);
 }
 
 /* Reclaim slots of dead holders and waiters, and of holders past their
@@ -347,26 +316,26 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (!out)
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
-  bound_rate(h, r, now);
+  throttle__bound_rate(h, r, now);
   uint32_t cap = throttle__cap_of(r);
   uint32_t holders = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =
       throttle__count_slots(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
-  uint32_t bf_cap = backfill_cap(r, cap);
+  uint32_t bf_cap = throttle__backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
       return; /* the probe is out: everyone else waits for its answer */
     struct throttle__slot *s = oldest(r, THROTTLE_CLASS_LIVE);
     if (s == NULL && bf_holders < bf_cap)
       s = oldest(r, THROTTLE_CLASS_BACKFILL);
-    if (s == NULL)
+    if (s == NULL || !throttle__scope_pool_allows_locked(h, r, s, now, next))
       return;
     uint64_t ready;
-    if (!rate_allows(r, now, &ready)) {
+    if (!throttle__rate_allows(r, now, &ready)) {
       *next = ready;
       return;
     }
-    rate_take(r, now);
+    throttle__rate_take(r, now);
     /* The grant times first: a crash after the state changes must not
      * leave a holder timed by the slot's previous occupant (its lease
      * would lapse at once and the slot be taken from a live holder). */
@@ -389,10 +358,9 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     bump(s);
     if (w != NULL && w->n < THROTTLE__SLOTS)
       w->slot[w->n++] = s;
-    if (scope == THROTTLE__SCOPE_PROBE) { /* alone until the scope's answer */
-      throttle__scope_take_probe_locked(h, r, s);
-      return;
-    }
+    throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
+    if (scope == THROTTLE__SCOPE_PROBE)
+      return; /* alone until the scope's answer */
   }
 }
 

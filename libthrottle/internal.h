@@ -204,6 +204,41 @@ static inline uint32_t throttle__share_of(const struct throttle__rec *r) {
   return r->share_permille > 1000 ? 1000 : r->share_permille;
 }
 
+/* Most backfill holders for a cap (share of it, at least 1 unless 0). */
+static inline uint32_t throttle__backfill_cap(const struct throttle__rec *r,
+                                              uint32_t cap) {
+  uint32_t share = throttle__share_of(r);
+  if (share == 0)
+    return 0;
+  uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
+  return n < 1 ? 1 : n;
+}
+
+/* GCRA with burst n: an admission at `now` conforms when
+ * tat - (n - 1) * T <= now, T = period / n.  *ready is when it will. */
+uint64_t throttle__sat_add(uint64_t a, uint64_t b); /* clock.c */
+static inline bool throttle__rate_allows(const struct throttle__rec *r,
+                                         uint64_t now, uint64_t *ready) {
+  if (r->rate_n == 0)
+    return true;
+  uint64_t T = r->rate_period_ns / r->rate_n;
+  uint64_t tau = T * (r->rate_n - 1);
+  uint64_t earliest = r->rate_tat_ns > tau ? r->rate_tat_ns - tau : 0;
+  if (earliest <= now)
+    return true;
+  *ready = earliest;
+  return false;
+}
+
+static inline void throttle__rate_take(struct throttle__rec *r,
+                                       uint64_t now) {
+  if (r->rate_n == 0)
+    return;
+  uint64_t T = r->rate_period_ns / r->rate_n;
+  uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
+  r->rate_tat_ns = throttle__sat_add(base, T);
+}
+
 /* Participant slots in state (and of class cls, unless cls < 0). */
 static inline uint32_t throttle__count_slots(const struct throttle__rec *r,
                                              int state, int cls) {
@@ -375,6 +410,9 @@ void throttle__learn_locked(struct throttle__rec *r,
                             uint32_t concurrent);
 
 /* gate.c */
+/* A conforming GCRA state never runs more than one period ahead of now
+ * (the rate's fields bounded: shared memory is input). */
+void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
@@ -405,11 +443,21 @@ enum {
 };
 int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
                                 uint64_t now, uint64_t *next);
-/* held was just granted on r after THROTTLE__SCOPE_PROBE: make it the
- * probe of every scope of r in an episode with no probe out. */
-void throttle__scope_take_probe_locked(throttle_t *h,
-                                       const struct throttle__rec *r,
-                                       const struct throttle__slot *held);
+/* held was just granted on r: it takes a place in every pool over r (a
+ * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
+ * the probe of every scope of r in an episode with no probe out. */
+void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
+                                 const struct throttle__slot *held,
+                                 bool probe);
+/* May waiter w of r be granted as far as the pools over r go: a place free
+ * at every capped scope (backfill within its share there), its rate
+ * allowing one more (else *next = when it will), and no waiter
+ * of another key beneath that goes first (live before backfill, then
+ * arrival) and whose own key could go now. */
+bool throttle__scope_pool_allows_locked(throttle_t *h,
+                                        const struct throttle__rec *r,
+                                        const struct throttle__slot *w,
+                                        uint64_t now, uint64_t *next);
 /* The admission ticket left with outcome: if it probed a scope of key,
  * free its place there, end the episode on OK, wake the keys beneath. */
 void throttle__scope_report_locked(throttle_t *h, const char *key,

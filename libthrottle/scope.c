@@ -18,15 +18,31 @@
  *    LOCKED on the key, 429 and 503 on the root scope, unless the handle
  *    says otherwise (throttle_set_publish_level);
  *  - operator changes on a scope (resume, cancel, clear) reach the waiters
- *    of every key beneath (throttle__scope_below_locked).
+ *    of every key beneath (throttle__scope_below_locked);
+ *  - pools: a scope with a fixed cap or a rate bounds the sum of the
+ *    admissions beneath it.  A grant on a key first asks every pool above
+ *    it (throttle__scope_pool_allows_locked: a free place, backfill within
+ *    the pool's share, the pool's rate, and no older eligible waiter of
+ *    another key beneath, live first), then takes a holding slot in each
+ *    capped pool (throttle__scope_take_locked), all under the one segment
+ *    mutex: atomic, no lock order, no place held while waiting.  A leave
+ *    frees those places and wakes the keys beneath, so the oldest eligible
+ *    waiter of any of them takes the place.  A pool's places are its
+ *    record's slots, hence at most THROTTLE__SLOTS.
  *
  * Rejected: copying a scope's not-before into every record beneath on
  * publish (a key created later would miss it, and a publish would cost a
  * table walk); a scope field in each record pointing at its parent (records
  * are evicted and reused, so the pointer would need its own validation);
  * a separate table of scopes (a second lookup structure to repair after a
- * crash).  The cost is one more lock-free lookup per level on the open-key
- * path (bench/bench_backoff.c measures it against clock_gettime).
+ * crash).  The open-key path looks at a key's scopes only when the
+ * segment's sgen changed since this thread saw them open (table.c's
+ * guesses; bench/bench_backoff.c measures it against clock_gettime).
+ * Rejected for pools: a queue of the pool's waiters in shared memory (a
+ * second FIFO to repair after a crash; the waiters' own slots and tickets
+ * already order them, at the cost of a walk of the table per grant of a
+ * pooled key); taking the places level by level (a place held while
+ * waiting for the next, and lock-order deadlocks).
  */
 #include "internal.h"
 
@@ -82,41 +98,140 @@ int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
   return verdict;
 }
 
-void throttle__scope_take_probe_locked(throttle_t *h,
-                                       const struct throttle__rec *r,
-                                       const struct throttle__slot *held) {
+/* A holding slot in scope s standing for the admission held on a key
+ * beneath (its probe, or its place in s's pool), with the holder's
+ * identity, so s's lease and dead-holder reclaim judge it as the key's
+ * would.  NULL when s has no free slot. */
+static struct throttle__slot *place(struct throttle__rec *s,
+                                    const struct throttle__slot *held) {
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    struct throttle__slot *q = &s->slot[i];
+    if (q->state != THROTTLE__SLOT_FREE)
+      continue;
+    q->since_ns = held->since_ns; /* the times first, the state last */
+    q->since_mono_ns = held->since_mono_ns;
+    q->pid = held->pid;
+    q->start = held->start;
+    q->pidns = held->pidns;
+    q->lease_ms = held->lease_ms;
+    q->ticket = held->ticket;
+    q->cls = held->cls;
+    q->probe = 0;
+    q->concurrent = 1;
+    q->state = THROTTLE__SLOT_HOLDING;
+    return q;
+  }
+  return NULL;
+}
+
+/* A scope with a cap or a rate bounds the sum of the keys beneath it. */
+static bool is_pool(const struct throttle__rec *s) {
+  return s->fixed_cap != 0 || s->rate_n != 0;
+}
+
+void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
+                                 const struct throttle__slot *held,
+                                 bool probe) {
   for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
        p++) {
     struct throttle__rec *s = scope_rec(h, r->key, p);
-    if (s == NULL || !(s->flags & THROTTLE__REC_EPISODE) ||
-        s->probe_ticket != 0)
+    if (s == NULL)
       continue;
-    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-      struct throttle__slot *q = &s->slot[i];
-      if (q->state != THROTTLE__SLOT_FREE)
-        continue;
-      /* The probe's identity, so the scope's reclaim judges it as the
-       * key's would.  The times first, the state last (as in a grant). */
-      q->since_ns = held->since_ns;
-      q->since_mono_ns = held->since_mono_ns;
-      q->pid = held->pid;
-      q->start = held->start;
-      q->pidns = held->pidns;
-      q->lease_ms = held->lease_ms;
-      q->ticket = held->ticket;
-      q->cls = held->cls;
-      q->probe = 1;
-      q->concurrent = 1;
-      q->state = THROTTLE__SLOT_HOLDING;
-      __atomic_store_n(&s->probe_ticket, held->ticket, __ATOMIC_RELEASE);
-      throttle__scope_touch(h);
-      if (s->probes < UINT64_MAX)
-        s->probes++;
-      break;
-    }
-    /* A scope with no free slot is not probed: its keys go as they would
-     * without it (fail open rather than hold them forever). */
+    bool probes = probe && (s->flags & THROTTLE__REC_EPISODE) &&
+                  s->probe_ticket == 0;
+    if (!probes && !is_pool(s))
+      continue;
+    throttle__rate_take(s, held->since_ns); /* the pool's budget */
+    if (!probes && s->fixed_cap == 0)
+      continue; /* a rate alone holds no place */
+    /* One place per scope: a pool's place is also its probe's.  A scope
+     * with no free slot is neither probed nor counted (fail open rather
+     * than hold its keys forever; pool_allows() saw a free one). */
+    struct throttle__slot *q = place(s, held);
+    if (q == NULL || !probes)
+      continue;
+    q->probe = 1;
+    __atomic_store_n(&s->probe_ticket, held->ticket, __ATOMIC_RELEASE);
+    throttle__scope_touch(h);
+    if (s->probes < UINT64_MAX)
+      s->probes++;
   }
+}
+
+/* ---- pools ------------------------------------------------------------- */
+
+/* Could r admit a waiter of class cls now, by its own gate?  (A waiter of a
+ * key that could not go is not "eligible": it must not hold up the pool.) */
+static bool could_go(throttle_t *h, struct throttle__rec *r, int cls,
+                     uint64_t now) {
+  if ((r->flags & THROTTLE__REC_PAUSED) ||
+      throttle__clamp_nb_locked(h, r, now) > now ||
+      ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0))
+    return false;
+  uint32_t cap = throttle__cap_of(r);
+  if (throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) >= cap)
+    return false;
+  return cls == THROTTLE_CLASS_LIVE ||
+         throttle__count_slots(r, THROTTLE__SLOT_HOLDING, cls) <
+             throttle__backfill_cap(r, cap);
+}
+
+/* A waiter of another key beneath s that goes before w: live before
+ * backfill, then the older ticket, among those whose key could go. */
+static bool someone_ahead(throttle_t *h, struct throttle__rec *s,
+                          const struct throttle__rec *own,
+                          const struct throttle__slot *w, uint64_t now) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r == own || !below(r, s->key, s->key_len))
+      continue;
+    bool checked = false, can = false;
+    for (uint32_t j = 0; j < THROTTLE__SLOTS; j++) {
+      const struct throttle__slot *o = &r->slot[j];
+      if (o->state != THROTTLE__SLOT_WAITING ||
+          !(o->cls < w->cls || (o->cls == w->cls && o->ticket < w->ticket)))
+        continue;
+      if (!checked) {
+        checked = true;
+        can = could_go(h, r, o->cls, now);
+      }
+      if (can)
+        return true;
+    }
+  }
+  return false;
+}
+
+bool throttle__scope_pool_allows_locked(throttle_t *h,
+                                        const struct throttle__rec *r,
+                                        const struct throttle__slot *w,
+                                        uint64_t now, uint64_t *next) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL || !is_pool(s))
+      continue;
+    throttle__reap_locked(s, now); /* places of dead holders */
+    throttle__bound_rate(h, s, now);
+    uint64_t ready;
+    if (!throttle__rate_allows(s, now, &ready)) {
+      if (ready < *next)
+        *next = ready;
+      return false;
+    }
+    uint32_t cap = throttle__cap_of(s);
+    if (s->fixed_cap != 0 &&
+        (throttle__count_slots(s, THROTTLE__SLOT_HOLDING, -1) >= cap ||
+         throttle__count_slots(s, THROTTLE__SLOT_FREE, -1) == 0 ||
+         (w->cls == THROTTLE_CLASS_BACKFILL &&
+          throttle__count_slots(s, THROTTLE__SLOT_HOLDING,
+                                THROTTLE_CLASS_BACKFILL) >=
+              throttle__backfill_cap(s, cap))))
+      return false;
+    if (someone_ahead(h, s, r, w, now))
+      return false;
+  }
+  return true;
 }
 
 void throttle__scope_report_locked(throttle_t *h, const char *key,
@@ -124,8 +239,9 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
                                    throttle_outcome_t outcome) {
   for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
     struct throttle__rec *s = scope_rec(h, key, p);
-    if (s == NULL || ticket == 0 || s->probe_ticket != ticket)
+    if (s == NULL || ticket == 0)
       continue;
+    bool freed = false;
     for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
       if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
           s->slot[i].ticket == ticket) {
@@ -134,10 +250,18 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
         s->slot[i].probe = 0;
         s->slot[i].pid = 0;
         atomic_fetch_add_explicit(&s->slot[i].word, 1, memory_order_release);
+        freed = true;
       }
-    __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
-    if (outcome == THROTTLE_OUTCOME_OK)
-      throttle__rec_flags(s, THROTTLE__REC_EPISODE, false);
+    bool probe = s->probe_ticket == ticket;
+    if (probe) {
+      __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+      if (outcome == THROTTLE_OUTCOME_OK)
+        throttle__rec_flags(s, THROTTLE__REC_EPISODE, false);
+    }
+    if (!probe && !freed)
+      continue;
+    /* the probe's answer, or a pool place handed on: the keys beneath look
+     * again, and the oldest eligible waiter of any of them takes it */
     throttle__wake_rec(s);
     throttle__scope_below_locked(h, s, false);
   }

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -31,11 +32,14 @@ static const char *const tables[NTABLES] = {"ws1/orders", "ws1/items",
                                             "ws1/users", "ws1/events"};
 
 /* What the children of one test share (an anonymous shared mapping). */
+#define MAXKIDS 16
 struct board {
-  _Atomic uint64_t admit_ns[NTABLES];
-  _Atomic uint64_t leave_ns[NTABLES];
-  _Atomic int rc[NTABLES];
+  _Atomic uint64_t admit_ns[MAXKIDS];
+  _Atomic uint64_t leave_ns[MAXKIDS];
+  _Atomic int rc[MAXKIDS];
+  _Atomic int order[MAXKIDS]; /* admission rank */
   _Atomic int admitted;
+  _Atomic int in_flight, max_in_flight;
   uint64_t hold_ms;
   throttle_outcome_t probe_outcome; /* the first admission's answer */
   int die_first;                     /* the first admission is killed */
@@ -46,7 +50,7 @@ static struct board *board_new(void) {
                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(b != MAP_FAILED);
   memset(b, 0, sizeof *b);
-  for (int i = 0; i < NTABLES; i++)
+  for (int i = 0; i < MAXKIDS; i++)
     b->rc[i] = -1000;
   return b;
 }
@@ -54,7 +58,8 @@ static struct board *board_new(void) {
 struct kid {
   struct th_fx *fx;
   struct board *b;
-  int i;
+  int i;                /* its place in the board; table i % NTABLES */
+  throttle_class_t cls; /* LIVE unless set */
 };
 
 /* Enter table i, note the time, hold, leave (the first admitted of all
@@ -65,19 +70,25 @@ static int child_enters(void *p) {
   throttle_t *h = NULL;
   TH_CHILD_CHECK(throttle_open(k->fx->cfg, &h) == 0);
   throttle_ticket_t *t = NULL;
-  int rc = throttle_enter(h, tables[k->i], THROTTLE_CLASS_LIVE,
-                          HANG_GUARD_MS, &t);
+  int rc = throttle_enter(h, tables[k->i % NTABLES], k->cls, HANG_GUARD_MS,
+                          &t);
   k->b->rc[k->i] = rc;
   if (rc != 0) {
     throttle_close(h);
     return 0;
   }
   k->b->admit_ns[k->i] = th_now_ns();
-  int first = atomic_fetch_add(&k->b->admitted, 1) == 0;
+  int rank = atomic_fetch_add(&k->b->admitted, 1), first = rank == 0;
+  k->b->order[k->i] = rank;
+  int n = atomic_fetch_add(&k->b->in_flight, 1) + 1;
+  for (int m = atomic_load(&k->b->max_in_flight);
+       n > m && !atomic_compare_exchange_weak(&k->b->max_in_flight, &m, n);)
+    ;
   if (first && k->b->die_first)
     raise(SIGKILL); /* the scope's probe dies holding its place */
   th_sleep_ms((unsigned)k->b->hold_ms);
   k->b->leave_ns[k->i] = th_now_ns();
+  atomic_fetch_sub(&k->b->in_flight, 1);
   TH_CHILD_CHECK(throttle_leave(h, t,
                                 first ? k->b->probe_outcome
                                       : THROTTLE_OUTCOME_OK,
@@ -100,7 +111,7 @@ static int child_waits(void *p) {
 static void spawn_all(struct th_fx *fx, struct board *b, struct kid *k,
                       int (*fn)(void *), pid_t *pid) {
   for (int i = 0; i < NTABLES; i++) {
-    k[i] = (struct kid){fx, b, i};
+    k[i] = (struct kid){fx, b, i, THROTTLE_CLASS_LIVE};
     pid[i] = th_spawn(fx, fn, &k[i]);
   }
 }
@@ -386,6 +397,103 @@ static void test_scope_open_path_sees_later_scope_backoff(void **state) {
   assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
 }
 
+/* ---- pools ------------------------------------------------------------ */
+
+/* A pool of 3 on "ws1" over 4 tables that each admit 8: 16 processes never
+ * hold more than 3 admissions at once in all. */
+static void test_scope_pool_caps_the_sum(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->hold_ms = 60;
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 3), 0);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(throttle_set_max_parallel(h, tables[i], 8), 0);
+  struct kid k[MAXKIDS];
+  pid_t pid[MAXKIDS];
+  for (int i = 0; i < MAXKIDS; i++) {
+    k[i] = (struct kid){fx, b, i, THROTTLE_CLASS_LIVE};
+    pid[i] = th_spawn(fx, child_enters, &k[i]);
+  }
+  for (int i = 0; i < MAXKIDS; i++)
+    th_reap_ok(fx, pid[i], HANG_GUARD_MS + 5000);
+  for (int i = 0; i < MAXKIDS; i++)
+    assert_int_equal(b->rc[i], 0);
+  printf("pool of 3 over 4 tables, 16 processes: at most %d at once\n",
+         atomic_load(&b->max_in_flight));
+  assert_true(atomic_load(&b->max_in_flight) <= 3);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+  munmap(b, sizeof *b);
+}
+
+/* A pool of 1, paused: 4 backfill callers arrive (tables 0..3), then 4
+ * live ones (tables 3..0).  On resume the live go first, each class in
+ * arrival order, across tables. */
+static void test_scope_pool_fifo_across_tables_live_first(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->hold_ms = 20;
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(throttle_set_max_parallel(h, tables[i], 8), 0);
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  struct kid k[8];
+  pid_t pid[8];
+  for (int i = 0; i < 8; i++) {
+    int tbl = i < 4 ? i : 7 - i;
+    throttle_class_t cls =
+        i < 4 ? THROTTLE_CLASS_BACKFILL : THROTTLE_CLASS_LIVE;
+    k[i] = (struct kid){fx, b, tbl + (i < 4 ? 0 : NTABLES), cls};
+    pid[i] = th_spawn(fx, child_enters, &k[i]);
+    th_wait_field(h, tables[tbl],
+                  cls == THROTTLE_CLASS_LIVE ? THROTTLE_FIELD_WAITING_LIVE
+                                             : THROTTLE_FIELD_WAITING_BACKFILL,
+                  1, 5000); /* registered: its arrival is fixed */
+  }
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  for (int i = 0; i < 8; i++)
+    th_reap_ok(fx, pid[i], HANG_GUARD_MS + 5000);
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(b->rc[k[i].i], 0);
+    int want = i < 4 ? 4 + i : i - 4; /* live first, each by arrival */
+    assert_int_equal(b->order[k[i].i], want);
+  }
+  assert_true(atomic_load(&b->max_in_flight) <= 1);
+  munmap(b, sizeof *b);
+}
+
+/* A rate on "ws1" is a budget for every table beneath: 2 per second with
+ * a burst of 2, over 4 tables, admits the third no sooner than 500 ms
+ * after the first (less what the first took to note its time). */
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_scope_pool_rate_is_a_budget(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_rate(h, "ws1", 2, 1000), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  reap_all(fx, pid);
+  uint64_t at[NTABLES];
+  for (int i = 0; i < NTABLES; i++) {
+    assert_int_equal(b->rc[i], 0);
+    at[i] = b->admit_ns[i];
+  }
+  qsort(at, NTABLES, sizeof at[0], cmp_u64);
+  assert_true(at[2] >= at[0] + 400 * NS_PER_MS);
+  assert_true(at[3] >= at[0] + 900 * NS_PER_MS);
+  munmap(b, sizeof *b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -401,6 +509,9 @@ int main(void) {
       T(test_scope_signals_go_where_meant_by_default),
       T(test_scope_publish_level_is_configurable),
       T(test_scope_open_path_sees_later_scope_backoff),
+      T(test_scope_pool_caps_the_sum),
+      T(test_scope_pool_fifo_across_tables_live_first),
+      T(test_scope_pool_rate_is_a_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,15 +45,16 @@ while [ $i -lt $JOBS ]; do
 done >"$tmp/jobs"
 cat >"$tmp/job.sh" <<JOB
 #!/bin/sh
-exec "$CTL" --segment "$seg" http "hotdata:ws1/\$2" --timeout 60 $* \
+exec "$CTL" --segment "$seg" http "hotdata:\$3/\$2" --timeout 60 $* \
   --data-binary @"$tmp/f\$1" -o /dev/null \
-  "$U/v1/workspaces/ws1/tables/\$2/load"
+  "$U/v1/workspaces/\$3/tables/\$2/load"
 JOB
-curl -s -X POST -d "{\"workspace\": \"ws1\", \"seconds\": $L}" \
-  "$U/admin/overload" >/dev/null 2>&1 ||
-  python3 -c "import urllib.request as u; u.urlopen(u.Request('$U/admin/overload', data=b'{\"workspace\": \"ws1\", \"seconds\": $L}'))"
+post() { # path json
+  python3 -c "import sys, urllib.request as u; u.urlopen(u.Request('$U' + sys.argv[1], data=sys.argv[2].encode()))" "$1" "$2"
+}
+post /admin/overload "{\"workspace\": \"ws1\", \"seconds\": $L}"
 t0=$(date +%s.%N)
-xargs -P $PROCS -L 1 sh "$tmp/job.sh" <"$tmp/jobs" 2>"$tmp/err"
+sed 's/$/ ws1/' "$tmp/jobs" | xargs -P $PROCS -L 1 sh "$tmp/job.sh" 2>"$tmp/err"
 rc=$?
 t1=$(date +%s.%N)
 python3 - "$U" "$rc" "$t0" "$t1" "$L" "$R" "$TABLES" "$JOBS" "$#" <<'PY'
@@ -88,7 +89,7 @@ st=$?
 # Where one 429 goes: the root scope by default, the key with
 # --publish 429=key (a sibling table stays open).
 for ws in ws2 ws3; do
-  python3 -c "import urllib.request as u; u.urlopen(u.Request('$U/admin/overload', data=b'{\"workspace\": \"$ws\", \"seconds\": 30}'))"
+  post /admin/overload "{\"workspace\": \"$ws\", \"seconds\": 30}"
 done
 one() { # ws, extra options: one request, refused, no retry
   _ws=$1
@@ -106,4 +107,27 @@ one ws3
 if sibling_open ws3; then
   echo "FAIL: a 429 did not hold the workspace's other tables"; st=1
 fi
+
+# A pool of 3 over the 4 tables of ws4 (each table admits 4 at once, each
+# key is capped at 8): 16 processes, 32 files; the workspace never has
+# more than 3 writes in service at once.
+"$CTL" --segment "$seg" set hotdata:ws4 --max-parallel 3 >/dev/null || st=1
+i=0
+while [ $i -lt $TABLES ]; do
+  "$CTL" --segment "$seg" set "hotdata:ws4/t$i" --max-parallel 8 >/dev/null || st=1
+  i=$((i + 1))
+done
+sed 's/$/ ws4/' "$tmp/jobs" | xargs -P $PROCS -L 1 sh "$tmp/job.sh" 2>"$tmp/err"
+rc=$?
+python3 - "$U" "$rc" "$JOBS" <<'PY' || st=1
+import json, sys, urllib.request
+u, rc, J = sys.argv[1:]
+w = json.load(urllib.request.urlopen(u + "/stats"))["workspaces"]["ws4"]
+print("pool of 3 over 4 tables: %d loaded of %s, at most %d in service "
+      "across the workspace" % (w["loads_ok"], J, w["max_in_service"]))
+bad = w["loads_ok"] != int(J) or rc != "0" or w["max_in_service"] > 3
+if bad:
+    print("FAIL: the pool did not hold")
+sys.exit(1 if bad else 0)
+PY
 exit $st
