@@ -170,6 +170,9 @@ BENCH_QUICK ?= 0
 bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/http_fleet.sh"; B=$(B) BENCH_QUICK=$(BENCH_QUICK) sh bench/http_fleet.sh
+	@echo "== multi-table fleet: a workspace-wide 429, per-table signals vs scoped"
+	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key | head -1
+	@B=$(B) sh tests/test_scope_fleet.sh | head -1
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
