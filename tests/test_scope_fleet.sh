@@ -130,4 +130,17 @@ if bad:
     print("FAIL: the pool did not hold")
 sys.exit(1 if bad else 0)
 PY
+
+# ls shows the tree: the pool, its 4 tables indented beneath it, the sums.
+"$CTL" --segment "$seg" ls >"$tmp/ls" || st=1
+grep -q '^hotdata:ws4 .*4 keys beneath: 0 in flight, 0 waiting' "$tmp/ls" &&
+  [ "$(grep -c '^  hotdata:ws4/t[0-3] ' "$tmp/ls")" = 4 ] ||
+  { echo "FAIL: ls does not show the tree"; cat "$tmp/ls"; st=1; }
+"$CTL" --segment "$seg" ls --json | python3 -c '
+import json, sys
+k = {x["key"]: x for x in json.load(sys.stdin)["keys"]}
+assert k["hotdata:ws4/t0"]["scope"] == "hotdata:ws4"
+assert k["hotdata:ws4"]["scope"] is None
+assert k["hotdata:ws4"]["beneath"]["keys"] == 4
+' || { echo "FAIL: ls --json does not carry the scope"; st=1; }
 exit $st
