@@ -143,4 +143,7 @@ assert k["hotdata:ws4/t0"]["scope"] == "hotdata:ws4"
 assert k["hotdata:ws4"]["scope"] is None
 assert k["hotdata:ws4"]["beneath"]["keys"] == 4
 ' || { echo "FAIL: ls --json does not carry the scope"; st=1; }
+"$CTL" --segment "$seg" show hotdata:ws4 |
+  grep -q '^beneath: 4 keys, 0 in flight, 0 waiting$' ||
+  { echo "FAIL: show SCOPE does not sum the keys beneath"; st=1; }
 exit $st

@@ -379,6 +379,25 @@ static int holders_text(const struct rows *rows, const struct keyrow *row) {
   return rc;
 }
 
+/* What the keys beneath a scope do (show SCOPE). */
+struct beneath {
+  const char *scope;
+  size_t len;
+  int64_t keys, flight, wait;
+};
+
+static int add_beneath(const throttle_info_t *info, void *arg) {
+  struct beneath *b = arg;
+  const char *k = throttle_info_key(info);
+  if (strncmp(k, b->scope, b->len) == 0 && k[b->len] == '/') {
+    b->keys++;
+    b->flight += throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT);
+    b->wait += throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE) +
+               throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL);
+  }
+  return 0;
+}
+
 int ctl_cmd_show(struct ctx *c) {
   throttle_info_t *info;
   int rc = throttle_info(c->h, c->args[0], &info);
@@ -405,6 +424,10 @@ int ctl_cmd_show(struct ctx *c) {
         printf("%s: %lld\n", name, (long long)row->field[i]);
     }
     rc = holders_text(&rows, row);
+    struct beneath b = {row->key, strlen(row->key), 0, 0, 0};
+    if (rc == 0 && throttle_foreach(c->h, add_beneath, &b) == 0 && b.keys)
+      printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
+             (long long)b.keys, (long long)b.flight, (long long)b.wait);
   }
   rows_free(&rows);
   if (rc != 0) {
