@@ -463,10 +463,22 @@ THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
 /* Key settings, kept in the segment and shared by every process. */
 
 /* Cap concurrent admissions to n (1..32: a key tracks 32 participants), or
- * 0 for "auto": learned from outcomes (the default).  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+ * 0 for "auto": learned from outcomes (the default; any auto:MAX bound is
+ * dropped).  A fixed n wins over the learner, which keeps what it learned
+ * for a return to auto.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
                                               uint32_t n);
+
+/* Learn the cap ("auto"), never above max (1..32; 0 = no bound but the
+ * 32 participants, as throttle_set_max_parallel(h, key, 0)).  A cap
+ * learned above max comes down at once.  What the learner knows is kept
+ * across throttle_set_max_parallel() calls; a bound keeps the key from
+ * eviction, as a fixed cap does.  Errors: as throttle_set_max_parallel()
+ * (THROTTLE_EINVAL for max above 32). */
+THROTTLE_EXTERN int throttle_set_max_parallel_auto(throttle_t *h,
+                                                   const char *key,
+                                                   uint32_t max);
 
 /* At most n admissions per period_ms, with a burst of n (GCRA); n = 0 turns
  * the rate off.  Errors: as throttle_set_max_parallel(). */
@@ -534,7 +546,18 @@ typedef struct throttle_info throttle_info_t;
   XX(PROBES, "probes", "probes admitted")                                     \
   XX(RECLAIMS, "reclaims", "slots reclaimed from dead or hung holders")       \
   XX(CANCELED, "canceled", "waiters ended by cancel")                         \
-  XX(PERMANENT, "permanent", "PERMANENT outcomes reported")
+  XX(PERMANENT, "permanent", "PERMANENT outcomes reported")                  \
+  XX(CAP_GOOD, "cap_good", "learned: largest cap used with no refusal")      \
+  XX(CAP_FAIL, "cap_fail", "learned: the cap whose raise was refused (0 none)") \
+  XX(CAP_FAILS, "cap_fails", "learned: failed raises since the last good one") \
+  XX(CAP_MAX, "cap_max", "auto:MAX bound of the learner (0 = none)")         \
+  XX(CAP_RETRY_AFTER_MS, "cap_retry_after_ms",                               \
+     "learned: Retry-After of the refusal that set the cap")                 \
+  XX(CAP_WORK_MS, "cap_work_ms", "learned: work at the cap since then")      \
+  XX(CAP_NEXT_RAISE_MS, "cap_next_raise_ms",                                 \
+     "work still due before the next raise (0 now, -1 never)")               \
+  XX(CAP_LEARNED_AGO_MS, "cap_learned_ago_ms",                               \
+     "ms since a refusal last set the cap (-1 never: slow start)")
 
 typedef enum {
 #define THROTTLE_XX_(name, json, desc) THROTTLE_FIELD_##name,

@@ -36,8 +36,22 @@
  * behind later arrivals).
  *
  * Also here: publishing (the lock episode before the not-before, so a crash
- * between them is safe) and cancel.  The learned cap is in gate_learn.c,
- * the snapshot fields in gate_info.c.
+ * between them is safe) and cancel.  The snapshot fields are in
+ * gate_info.c.
+ *
+ * The learned cap (gate_learn.c, which states its rules and why): a LOCKED
+ * answer with k others in flight sets the cap to k; a raise is tried only
+ * after 20 x Retry-After of work at the cap (doubling per failed raise).
+ * Cold start explores at once by slow start: a table admitting 4 is found
+ * within the first fleet, while a serialised table with a long Retry-After
+ * pays one R the first time and reaches its goal only warm (the learned
+ * cap survives in the segment).  Chosen over a priced slow start, which
+ * would keep a parallel table at cap 1 for 20 R of work.
+ *
+ * An uncontended enter + leave makes no system call: the pid is cached
+ * (throttle__pid, refreshed in a forked child), and a grant wakes a slot's
+ * futex only when the key counts sleepers (see grant_locked for why no
+ * wake is lost); every wake still changes its word first.
  *
  * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
  * once and sleeps on the record's epoch, which free_slot() bumps and wakes
@@ -93,8 +107,8 @@ static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
   if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
     return false;
-  if (r->fixed_cap || r->rate_n || (r->flags & (THROTTLE__REC_PAUSED |
-                                                THROTTLE__REC_SHARE_SET)))
+  if (r->fixed_cap || r->auto_max || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
     return false; /* settings an operator made: never evicted */
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state != THROTTLE__SLOT_FREE)
@@ -143,7 +157,7 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   throttle__scope_touch(h); /* after the not-before (scope.c) */
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
-  r->last_pid = (uint32_t)getpid();
+  r->last_pid = throttle__pid();
   r->last_use_ns = now;
 }
 
@@ -205,10 +219,7 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   if (r->fixed_cap > THROTTLE__SLOTS)
     r->fixed_cap = THROTTLE__SLOTS;
-  if (r->auto_cap < 1 || r->auto_cap > THROTTLE__SLOTS)
-    r->auto_cap = 1;
-  if (r->auto_fails > THROTTLE__MAX_AUTO_FAILS)
-    r->auto_fails = THROTTLE__MAX_AUTO_FAILS;
+  throttle__learn_bound_locked(r, now);
 }
 
 /* ---- granting -------------------------------------------------------- */
@@ -238,7 +249,7 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
  * leaves it idle (its only participants were dead or past their lease). */
 bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
   if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
-      r->fixed_cap || r->rate_n ||
+      r->fixed_cap || r->auto_max || r->rate_n ||
       (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
     return false;
   reap_locked(r, now, true);
@@ -356,7 +367,13 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
       sat_inc(&r->probes);
     }
     bump(s);
-    if (w != NULL && w->n < THROTTLE__SLOTS)
+    /* Decided under the mutex, after the bump: a waiter counts itself in
+     * sleepers under the mutex before it unlocks to sleep, so either it is
+     * counted here or it read the bumped word (and will not sleep on the
+     * old one).  An uncontended grant of the caller's own slot wakes
+     * nobody: no system call. */
+    if (w != NULL && w->n < THROTTLE__SLOTS &&
+        atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
       w->slot[w->n++] = s;
     throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
     if (scope == THROTTLE__SCOPE_PROBE)
@@ -404,6 +421,14 @@ static void ovf_done(struct throttle__rec *r, bool *ovf) {
   *ovf = false;
 }
 
+static uint64_t deadline_after(uint64_t now, uint64_t timeout_ms) {
+  if (timeout_ms == THROTTLE_FOREVER)
+    return UINT64_MAX;
+  return throttle__sat_add(now, timeout_ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                    ? UINT64_MAX
+                                    : timeout_ms * THROTTLE__NS_PER_MS);
+}
+
 /* Wait until t is admitted (its slot holding), from scratch or, when
  * registered, from the waiting slot t already has (a requeue).  On success
  * *out = t; otherwise t is freed and its place given back. */
@@ -415,13 +440,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   memcpy(key, t->key, len + 1);
   throttle_class_t cls = t->cls;
   int rc;
-  uint64_t start = throttle__now_ns();
-  uint64_t deadline =
-      timeout_ms == THROTTLE_FOREVER
-          ? UINT64_MAX
-          : throttle__sat_add(start, timeout_ms > UINT64_MAX / 1000000
-                                         ? UINT64_MAX
-                                         : timeout_ms * THROTTLE__NS_PER_MS);
+  /* From the first reading under the mutex (one clock read fewer on the
+   * uncontended path), or from a reading of its own if the mutex is out
+   * of reach first. */
+  uint64_t deadline = 0;
+  bool deadline_set = false;
   struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
@@ -440,11 +463,17 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         t = NULL;
         throttle__fail(h, rc, "%s", why);
       }
+      if (!deadline_set)
+        deadline = deadline_after(throttle__now_ns(), timeout_ms);
       rc = throttle__honour_nb_unlocked(h, key, len, rc, nowait, deadline,
                                         wait_ms);
       break;
     }
     uint64_t now = throttle__now_ns();
+    if (!deadline_set) {
+      deadline = deadline_after(now, timeout_ms);
+      deadline_set = true;
+    }
     struct throttle__rec *r;
     rc = throttle__insert_locked(h, key, len, t->hash, now, &r);
     if (rc != 0) {
@@ -483,7 +512,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       if (s != NULL) {
         s->state = THROTTLE__SLOT_WAITING;
         s->cls = (uint8_t)cls;
-        s->pid = (uint32_t)getpid();
+        s->pid = throttle__pid();
         s->start = self.start;
         s->pidns = self.pidns;
         s->lease_ms = h->lease_ms;
@@ -491,7 +520,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
          * slots: its place in the queue is when it came */
         s->ticket = t->ticket != 0 ? t->ticket : next_ticket_locked(h, r);
         s->since_ns = now;
-        s->since_mono_ns = throttle__mono_ns();
+        s->since_mono_ns = 0; /* the lease's clock starts at the grant */
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
@@ -576,6 +605,14 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
     uint32_t seen = atomic_load_explicit(word, memory_order_acquire);
+    /* Counted while the mutex is held (see grant_locked).  The pointer
+     * stays valid after unlocking (the segment stays mapped); the record
+     * cannot be reused while our slot waits in it, and if a bad writer
+     * made it so, a count off by one costs a wake too many, or a waiter's
+     * wake (it re-checks within POLL_NS): late, never early. */
+    _Atomic uint32_t *sleepers = s != NULL ? &r->sleepers : NULL;
+    if (sleepers != NULL)
+      atomic_fetch_add_explicit(sleepers, 1, memory_order_acq_rel);
     throttle__unlock(h);
     wake_all(&w);
     /* Sleep until granted, or until time alone may open the gate (with
@@ -590,6 +627,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       until = deadline;
     if (until > now && throttle__sleep(h, word, seen, until - now) != 0)
       interrupted = true; /* give back the place under the mutex, above */
+    if (sleepers != NULL)
+      atomic_fetch_sub_explicit(sleepers, 1, memory_order_acq_rel);
   }
   throttle__free(t);
   return rc;
@@ -606,13 +645,18 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  throttle_ticket_t *t = throttle__calloc(1, sizeof *t);
+  /* Not calloc: zeroing the whole key buffer costs more than the rest of
+   * the ticket; every field is set here. */
+  throttle_ticket_t *t = throttle__malloc(sizeof *t);
   if (t == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   t->h = h;
   t->cls = cls;
+  t->ticket = 0;
+  t->probe = 0;
   t->len = len;
   memcpy(t->key, key, len);
+  t->key[len] = '\0';
   t->hash = throttle__hash(h->seed, key, len);
   t->slot = UINT32_MAX;
   return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
@@ -662,10 +706,18 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
-  uint32_t concurrent = s != NULL ? s->concurrent : 0;
-  uint32_t others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
-  if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && others > 0)
-    others--;
+  struct throttle__learn_in learn = {
+      .outcome = outcome,
+      .concurrent = s != NULL && s->state == THROTTLE__SLOT_HOLDING
+                        ? s->concurrent
+                        : 0,
+      .others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) -
+                (s != NULL && s->state == THROTTLE__SLOT_HOLDING ? 1 : 0),
+      .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
+      .retry_after_ms = retry_after_ms,
+      .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
+      .now = now,
+  };
   if (s != NULL && requeue && s->state == THROTTLE__SLOT_HOLDING) {
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
@@ -690,7 +742,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
       throttle__publish_len(h, t->key, t->len, outcome) == t->len)
     throttle__publish_locked(h, r, now, delay_ns(retry_after_ms));
   if (s != NULL) /* a stale report says nothing of the cap now */
-    throttle__learn_locked(r, outcome, others, concurrent);
+    throttle__learn_locked(r, &learn);
   r->last_use_ns = now;
   THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
   uint64_t next;

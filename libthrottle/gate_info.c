@@ -30,6 +30,20 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
   f[THROTTLE_FIELD_RECLAIMS] = CLAMP64(r->reclaims);
   f[THROTTLE_FIELD_CANCELED] = CLAMP64(r->canceled);
   f[THROTTLE_FIELD_PERMANENT] = CLAMP64(r->permanent);
+  uint64_t next = throttle__learn_next_raise_ns(r);
+  f[THROTTLE_FIELD_CAP_GOOD] = r->auto_good;
+  f[THROTTLE_FIELD_CAP_FAIL] = r->auto_fail_cap;
+  f[THROTTLE_FIELD_CAP_FAILS] = r->auto_fails;
+  f[THROTTLE_FIELD_CAP_MAX] = r->auto_max;
+  f[THROTTLE_FIELD_CAP_RETRY_AFTER_MS] = r->auto_ra_ms;
+  f[THROTTLE_FIELD_CAP_WORK_MS] = CLAMP64(r->auto_work_ns / THROTTLE__NS_PER_MS);
+  f[THROTTLE_FIELD_CAP_NEXT_RAISE_MS] =
+      next == UINT64_MAX ? -1 : CLAMP64(next / THROTTLE__NS_PER_MS);
+  f[THROTTLE_FIELD_CAP_LEARNED_AGO_MS] =
+      r->auto_learned_ns == 0 ? -1
+      : r->auto_learned_ns < now
+          ? CLAMP64((now - r->auto_learned_ns) / THROTTLE__NS_PER_MS)
+          : 0;
 #undef CLAMP64
   out->nholders = 0;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,13 +60,52 @@ static int proc_start(pid_t pid, uint64_t *start) {
   return PROC_ALIVE;
 }
 
+/* The pid, cached in a page the kernel zeroes in a forked child
+ * (MADV_WIPEONFORK, Linux 4.14), so the cache needs no check of its own
+ * and costs no system call; a child finds 0 and asks again.  Without the
+ * page (an older kernel, or the mapping failed) getpid() every time.
+ * Rejected: pthread_atfork() (not run by a raw clone() or _Fork(), and a
+ * handler the library could never unregister when it is dlclose'd), and
+ * comparing with getpid() on each use (the system call this saves). */
+static _Atomic uint32_t *pid_page; /* set once, ordered by pid_once */
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void pid_page_init(void) {
+  long sz = sysconf(_SC_PAGESIZE);
+  void *p = mmap(NULL, sz > 0 ? (size_t)sz : 4096, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return;
+#ifdef MADV_WIPEONFORK
+  if (madvise(p, sz > 0 ? (size_t)sz : 4096, MADV_WIPEONFORK) == 0) {
+    pid_page = p;
+    return;
+  }
+#endif
+  munmap(p, sz > 0 ? (size_t)sz : 4096);
+}
+
+uint32_t throttle__pid(void) {
+  pthread_once(&pid_once, pid_page_init);
+  _Atomic uint32_t *page = pid_page;
+  if (page != NULL) {
+    uint32_t p = atomic_load_explicit(page, memory_order_relaxed);
+    if (p != 0)
+      return p;
+  }
+  uint32_t me = (uint32_t)getpid();
+  if (page != NULL)
+    atomic_store_explicit(page, me, memory_order_relaxed);
+  return me;
+}
+
 /* This process's start time and PID namespace (the inode of
  * /proc/self/ns/pid), 0 when /proc could not tell.  Cached per pid, so a
  * forked child looks again. */
 struct throttle__self_id throttle__self_id(void) {
   static _Atomic int64_t cached_pid;
   static _Atomic uint64_t cached_start, cached_ns;
-  pid_t me = getpid();
+  pid_t me = (pid_t)throttle__pid();
   if (atomic_load(&cached_pid) != me) {
     uint64_t st = 0;
     if (proc_start(me, &st) != PROC_ALIVE)
@@ -94,7 +134,7 @@ bool throttle__holder_alive(const struct throttle__slot *s) {
   struct throttle__self_id me = throttle__self_id();
   if (s->pidns == 0 || me.pidns == 0 || s->pidns != me.pidns)
     return true;
-  if (s->pid == (uint32_t)getpid())
+  if (s->pid == throttle__pid())
     return true;
   if (s->pid == 0 || s->pid > INT32_MAX)
     return false;

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 3u
+#define THROTTLE__LAYOUT 4u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -149,13 +149,24 @@ struct throttle__rec {
   /* State: */
   uint64_t rate_tat_ns; /* GCRA theoretical arrival time */
   uint64_t last_reap_ns;
-  uint32_t auto_cap;      /* learned cap, 1..THROTTLE__SLOTS */
-  uint32_t auto_ssthresh; /* 0 = no failure seen yet (slow start) */
-  uint32_t auto_oks;      /* successes since the last change */
-  uint32_t auto_fails;    /* raises that failed in a row (probing back-off) */
+  /* The learned cap (gate_learn.c; docs/LEARNED-CAP.md).  Each field is
+   * bounded where it is read (throttle__learn_bound_locked). */
+  uint32_t auto_cap;      /* learned cap, 1..bound */
+  uint32_t auto_good;     /* largest cap used in full, no refusal; 0 none */
+  uint32_t auto_fail_cap; /* the cap whose raise was refused last; 0 none */
+  uint32_t auto_fails;    /* failed raises since the last good one */
+  uint32_t auto_max;      /* bound of auto:MAX; 0 = THROTTLE__SLOTS */
+  uint32_t auto_ra_ms;    /* Retry-After of the refusal that taught the cap */
+  uint64_t auto_work_ns;  /* work at the cap since learned or raised */
+  uint64_t auto_learned_ns; /* when a refusal last set the cap; 0 = never */
   uint32_t ovf_waiters;   /* callers waiting beyond the slots (a hint: a
                              crashed one leaves it high, costing wakes) */
-  uint32_t pad_;
+  /* Callers about to sleep on a slot word of this key: counted under the
+   * mutex before they unlock, uncounted after the sleep.  A grant wakes
+   * the slot's futex only when it is non-zero (gate.c), so an uncontended
+   * admission makes no system call.  A crashed sleeper leaves it high,
+   * costing wakes, never a lost one. */
+  _Atomic uint32_t sleepers;
   /* Counters: */
   uint64_t admitted;
   uint64_t locked;
@@ -190,6 +201,8 @@ static inline int throttle__gate_held(const struct throttle__rec *r) {
  * record says. */
 static inline uint32_t throttle__cap_of(const struct throttle__rec *r) {
   uint32_t c = r->fixed_cap ? r->fixed_cap : r->auto_cap;
+  if (r->fixed_cap == 0 && r->auto_max >= 1 && c > r->auto_max)
+    c = r->auto_max; /* auto:MAX bounds the learned cap */
   if (c < 1)
     c = 1;
   if (c > THROTTLE__SLOTS)
@@ -391,6 +404,9 @@ int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
                                  uint64_t *wait_ms);
 
 /* gate_live.c */
+/* getpid() without a system call: cached in a page the kernel zeroes in a
+ * forked child (MADV_WIPEONFORK), so a child asks again. */
+uint32_t throttle__pid(void);
 struct throttle__self_id {
   uint64_t start; /* process start time in clock ticks, 0 = unknown */
   uint64_t pidns; /* inode of /proc/self/ns/pid, 0 = unknown */
@@ -403,11 +419,26 @@ bool throttle__holder_alive(const struct throttle__slot *s);
 
 /* gate_learn.c */
 #define THROTTLE__MAX_AUTO_FAILS 10u
-/* Learn the auto cap from one outcome: others = holders besides the
- * leaver, concurrent = holders when it was granted. */
+/* One admission's report, as the learner sees it. */
+struct throttle__learn_in {
+  throttle_outcome_t outcome;
+  uint32_t concurrent;     /* holders (with it) when it was granted */
+  uint32_t others;         /* holders besides it when it reports */
+  uint64_t hold_ns;        /* grant to report */
+  uint64_t retry_after_ms; /* as reported, 0 = none given */
+  uint64_t max_delay_ms;   /* the most a Retry-After may mean */
+  uint64_t now;            /* throttle clock */
+};
+/* Learn the auto cap from one outcome (the rules: gate_learn.c). */
 void throttle__learn_locked(struct throttle__rec *r,
-                            throttle_outcome_t outcome, uint32_t others,
-                            uint32_t concurrent);
+                            const struct throttle__learn_in *in);
+/* Bound every learned field (I8): shared memory is input. */
+void throttle__learn_bound_locked(struct throttle__rec *r, uint64_t now);
+/* The learner's bound: auto_max, else THROTTLE__SLOTS. */
+uint32_t throttle__learn_bound(const struct throttle__rec *r);
+/* Work still needed before the next raise, in ns: 0 in slow start,
+ * UINT64_MAX never (fixed cap, or at the bound). */
+uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r);
 
 /* gate.c */
 /* A conforming GCRA state never runs more than one period ahead of now

@@ -42,18 +42,42 @@ static int with_key(throttle_t *h, const char *key, bool create,
   return rc;
 }
 
+/* A fixed cap keeps what the learner learned (a return to auto resumes
+ * from it); auto (0) also drops a bound set with auto:MAX. */
 static void set_cap(struct throttle__rec *r, const void *arg) {
   r->fixed_cap = *(const uint32_t *)arg;
+  if (r->fixed_cap == 0)
+    r->auto_max = 0;
+}
+
+/* Learned, never above max: the cap comes down at once (admissions in
+ * flight above it finish; none is granted until the key is under it). */
+static void set_auto_max(struct throttle__rec *r, const void *arg) {
+  r->fixed_cap = 0;
+  r->auto_max = *(const uint32_t *)arg;
+  throttle__learn_bound_locked(r, throttle__now_ns());
+}
+
+/* Both cap setters: n at most THROTTLE__SLOTS, then fn under the mutex. */
+static int set_cap_checked(throttle_t *h, const char *key, uint32_t n,
+                           const char *what,
+                           void (*fn)(struct throttle__rec *, const void *)) {
+  if (n > THROTTLE__SLOTS)
+    return h ? throttle__fail(h, THROTTLE_EINVAL, "max parallel %s%u: at most %u",
+                              what, n, THROTTLE__SLOTS)
+             : THROTTLE_EINVAL;
+  return with_key(h, key, true, fn, &n, false);
+}
+
+THROTTLE_EXTERN int throttle_set_max_parallel_auto(throttle_t *h,
+                                                   const char *key,
+                                                   uint32_t max) {
+  return set_cap_checked(h, key, max, "auto:", set_auto_max);
 }
 
 THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
                                               uint32_t n) {
-  if (n > THROTTLE__SLOTS)
-    return h ? throttle__fail(h, THROTTLE_EINVAL,
-                              "max parallel %u: at most %u", n,
-                              THROTTLE__SLOTS)
-             : THROTTLE_EINVAL;
-  return with_key(h, key, true, set_cap, &n, false);
+  return set_cap_checked(h, key, n, "", set_cap);
 }
 
 struct rate_arg {

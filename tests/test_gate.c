@@ -335,6 +335,7 @@ static int server_worker(void *arg) {
     TH_CHILD_CHECK(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, HANG_MS, &t) ==
                    0);
     throttle_outcome_t out;
+    obs_hold(w->o, THROTTLE_CLASS_LIVE); /* o->max: most sent at once */
     if (atomic_fetch_add(&w->o->server_busy, 1) <
         atomic_load(&w->o->server_cap)) {
       usleep(300);
@@ -345,6 +346,7 @@ static int server_worker(void *arg) {
       out = THROTTLE_OUTCOME_LOCKED;
     }
     atomic_fetch_sub(&w->o->server_busy, 1);
+    obs_release(w->o, THROTTLE_CLASS_LIVE);
     TH_CHILD_CHECK(throttle_leave(h, t, out, 5) == 0);
   }
   throttle_close(h);
@@ -372,7 +374,10 @@ static void test_gate_auto_cap_learns(void **state) {
   atomic_store(&o->server_cap, 1);
   run_server_fleet(fx, o, 4, 150);
   assert_int_equal(field(h, THROTTLE_FIELD_CAP_AUTO), 1);
-  assert_int_equal(field(h, THROTTLE_FIELD_CAP), 1);
+  /* 1, or 2 while a raise priced by the work done is being tried (a slow
+   * run, e.g. under valgrind, does that work in fewer writes). */
+  assert_true(field(h, THROTTLE_FIELD_CAP) <= 2);
+  assert_true(field(h, THROTTLE_FIELD_CAP_FAIL) >= 2); /* refused above 1 */
   int refused_one = atomic_load(&o->refused);
   printf("one writer: 600 writes, %d refused, cap %lld\n", refused_one,
          (long long)field(h, THROTTLE_FIELD_CAP));
@@ -380,11 +385,48 @@ static void test_gate_auto_cap_learns(void **state) {
   assert_true(refused_one * 100 <= 600 * 5);
   atomic_store(&o->server_cap, 4);
   atomic_store(&o->refused, 0);
-  run_server_fleet(fx, o, 4, 1000);
+  run_server_fleet(fx, o, 8, 500);
   int64_t cap = field(h, THROTTLE_FIELD_CAP);
-  printf("four writers: 4000 writes, %d refused, cap %lld\n",
-         atomic_load(&o->refused), (long long)cap);
-  assert_true(cap > 1);
+  int refused = atomic_load(&o->refused);
+  printf("four writers: 4000 writes, %d refused, cap %lld, good %lld\n",
+         refused, (long long)cap,
+         (long long)field(h, THROTTLE_FIELD_CAP_GOOD));
+  /* The cap is what the server admits (a refusal at 5 sets it to 4, not
+   * 2), or one above it while a priced raise is being tried. */
+  assert_true(field(h, THROTTLE_FIELD_CAP_GOOD) == 4);
+  assert_true(cap == 4 || cap == 5);
+  /* Over the server's limit only for the raises: a few refusals. */
+  assert_true(refused * 100 <= 4000 * 2);
+}
+
+/* An operator's fixed cap wins over what was learned (kept for auto), and
+ * auto:MAX bounds the learner: never more sent at once than either. */
+static void test_gate_operator_cap_wins_auto_max_bounds(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  atomic_store(&o->server_cap, 4);
+  assert_int_equal(throttle_set_max_parallel_auto(h, KEY, 2), 0);
+  run_server_fleet(fx, o, 6, 200);
+  printf("auto:2: most at once %d, %d refused\n", atomic_load(&o->max),
+         atomic_load(&o->refused));
+  assert_true(atomic_load(&o->max) <= 2);
+  assert_int_equal(atomic_load(&o->refused), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP_MAX), 2);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP_NEXT_RAISE_MS), -1);
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  atomic_store(&o->max, 0);
+  run_server_fleet(fx, o, 6, 100);
+  assert_int_equal(atomic_load(&o->max), 1);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP_AUTO), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP_GOOD), 2); /* kept */
+  /* Back to auto: the bound goes, what was learned stays. */
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 0), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP_MAX), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(throttle_set_max_parallel_auto(h, KEY, 33),
+                   THROTTLE_EINVAL);
 }
 
 /* Live waiters are admitted before backfill waiters that came earlier. */
@@ -595,6 +637,63 @@ static void test_gate_wake_changes_the_word(void **state) {
   assert_true(atomic_load(&s->word) != before);
   assert_int_equal(kill(pid, SIGCONT), 0);
   th_reap_ok(fx, pid, HANG_MS);
+}
+
+/* A grant wakes a slot's futex only when someone sleeps on the key: a
+ * waiter is counted before it unlocks to sleep (so the granting leave
+ * wakes it), and uncounted after; an uncontended admission leaves the
+ * count at 0 (no wake, no system call). */
+static void test_gate_sleepers_counted_for_wakes(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  throttle_ticket_t *t;
+  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  struct worker w = {fx, o, 0, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
+  pid_t pid = th_spawn(fx, worker_main, &w);
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_MS);
+  struct throttle__slot *s = waiting_slot(h);
+  struct throttle__rec *r = NULL;
+  for (uint32_t i = 0; i < h->capacity && r == NULL; i++)
+    for (uint32_t k = 0; k < THROTTLE__SLOTS; k++)
+      if (&h->recs[i].slot[k] == s)
+        r = &h->recs[i];
+  assert_non_null(r);
+  th_wait_sleeping(pid, HANG_MS);
+  assert_int_equal(atomic_load(&r->sleepers), 1);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap_ok(fx, pid, HANG_MS);
+  assert_int_equal(atomic_load(&r->sleepers), 0);
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(atomic_load(&r->sleepers), 0);
+}
+
+static int child_holds_as_itself(void *arg) {
+  throttle_t *h = arg;
+  throttle_ticket_t *t;
+  TH_CHILD_CHECK(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t) == 0);
+  throttle_info_t *info = NULL;
+  TH_CHILD_CHECK(throttle_info(h, KEY, &info) == 0);
+  int64_t pid = 0;
+  TH_CHILD_CHECK(throttle_info_holder(info, 0, &pid, NULL, NULL, NULL) == 0);
+  throttle_info_free(info);
+  TH_CHILD_CHECK(pid == (int64_t)getpid()); /* not the parent's cached pid */
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  return 0;
+}
+
+/* The pid is cached (no system call per admission) and asked again in a
+ * forked child: a child's slot must carry the child's pid, or the reaper
+ * would judge the parent's liveness for it. */
+static void test_gate_forked_child_holds_as_itself(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  throttle_ticket_t *t;
+  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap_ok(fx, th_spawn(fx, child_holds_as_itself, h), HANG_MS);
 }
 
 /* A ticket whose slot was reclaimed by its lease, its key then evicted
@@ -877,6 +976,7 @@ int main(void) {
       T(test_gate_one_probe_per_episode),
       T(test_gate_killed_probe_replaced),
       T(test_gate_auto_cap_learns),
+      T(test_gate_operator_cap_wins_auto_max_bounds),
       T(test_gate_live_before_backfill),
       T(test_gate_backfill_share),
       T(test_gate_rate),
@@ -884,6 +984,8 @@ int main(void) {
       T(test_gate_cancel_wakes_all),
       T(test_gate_cancel_reaches_callers_beyond_slots),
       T(test_gate_wake_changes_the_word),
+      T(test_gate_sleepers_counted_for_wakes),
+      T(test_gate_forked_child_holds_as_itself),
       T(test_gate_stale_ticket_frees_nothing),
       T(test_gate_ticket_left_from_forked_child),
       T(test_gate_huge_values_saturate),

@@ -632,6 +632,7 @@ static void test_throttlectl_usage_errors_exit_64(void **state) {
       {"run", "k", "--retries", "x", "--", "true", NULL},
       {"run", "k", "--timeout", "x", "--", "true", NULL},
       {"run", "k", "--max-parallel", "0", "--", "true", NULL},
+      {"run", "k", "--max-parallel", "auto:3", "--", "true", NULL},
       {"run", "k", "--json", "--", "true", NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -651,6 +652,9 @@ static void test_throttlectl_set_bad_values_exit_64(void **state) {
       {"set", "k", "--max-parallel", "abc", NULL},
       {"set", "k", "--max-parallel", "-1", NULL},
       {"set", "k", "--max-parallel", "", NULL},
+      {"set", "k", "--max-parallel", "auto:0", NULL},
+      {"set", "k", "--max-parallel", "auto:33", NULL},
+      {"set", "k", "--max-parallel", "auto:", NULL},
       {"set", "k", "--rate", "5", NULL},
       {"set", "k", "--rate", "5/0", NULL},
       {"set", "k", "--rate", "5/0ms", NULL},
@@ -699,6 +703,20 @@ static void test_throttlectl_set_max_parallel_fixed_then_auto(void **state) {
   result_free(&r);
   assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
   assert_int_equal(json_int(r.out, "cap_auto"), 1);
+  result_free(&r);
+  /* auto:MAX: learned, bounded, said in words by show. */
+  assert_status(&r, ctl(&r, s->name, "set", "k", "--max-parallel", "auto:3",
+                        END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "cap_auto"), 1);
+  assert_int_equal(json_int(r.out, "cap_max"), 3);
+  assert_int_equal(json_int(r.out, "cap_next_raise_ms"), 0);
+  assert_int_equal(json_int(r.out, "cap_learned_ago_ms"), -1);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "k", END), 0);
+  assert_non_null(strstr(r.out, "cap learner: cap 1, at most 3, slow start"));
   result_free(&r);
 }
 

@@ -102,6 +102,7 @@ struct ctx {
   uint64_t timeout_ms;   /* wait, run, http: THROTTLE_FOREVER without
                             --timeout */
   uint32_t max_parallel; /* --max-parallel: 0 = auto */
+  uint32_t max_auto;     /* --max-parallel auto:MAX (set): MAX, else 0 */
   uint32_t rate_n;       /* --rate: 0 = off */
   uint64_t rate_period_ms;
   double backfill_share;

@@ -97,9 +97,24 @@ int ctl_check_max_parallel(struct ctx *c) {
   uint64_t n = 0;
   if (v == NULL)
     return 0;
+  c->max_auto = 0;
+  if (strncmp(v, "auto:", 5) == 0) {
+    /* Only `set` applies a bound (run and http set the cap they are
+     * given, and would drop it). */
+    if (strcmp(c->cmd->name, "set") != 0 ||
+        ctl_parse_uint(v + 5, 1, CAP_MAX, &n) != 0)
+      return ctl_usage_error(c->cmd,
+                             "--max-parallel auto:MAX takes MAX 1 to %d, with "
+                             "set only, not '%s'",
+                             CAP_MAX, v);
+    c->max_auto = (uint32_t)n;
+    c->max_parallel = 0;
+    return 0;
+  }
   if (strcmp(v, "auto") != 0 && ctl_parse_uint(v, 1, CAP_MAX, &n) != 0)
     return ctl_usage_error(
-        c->cmd, "--max-parallel must be 1 to %d or auto, not '%s'", CAP_MAX, v);
+        c->cmd, "--max-parallel must be 1 to %d, auto or auto:MAX, not '%s'",
+        CAP_MAX, v);
   c->max_parallel = (uint32_t)n; /* 0: auto */
   return 0;
 }

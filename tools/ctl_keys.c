@@ -398,6 +398,38 @@ static int add_beneath(const throttle_info_t *info, void *arg) {
   return 0;
 }
 
+/* What the cap learner knows, in words.  Its own label: "cap:" is the
+ * field line, which scripts read. */
+static void learner_text(const int64_t *f) {
+  char a[32], b[32];
+  printf("cap learner: ");
+  if (!f[THROTTLE_FIELD_CAP_AUTO]) {
+    printf("off, cap %lld fixed (--max-parallel)", (long long)f[THROTTLE_FIELD_CAP]);
+    if (f[THROTTLE_FIELD_CAP_GOOD] > 0)
+      printf("; learned %lld is kept for auto", (long long)f[THROTTLE_FIELD_CAP_GOOD]);
+    printf("\n");
+    return;
+  }
+  printf("cap %lld", (long long)f[THROTTLE_FIELD_CAP]);
+  if (f[THROTTLE_FIELD_CAP_MAX] > 0)
+    printf(", at most %lld", (long long)f[THROTTLE_FIELD_CAP_MAX]);
+  if (f[THROTTLE_FIELD_CAP_LEARNED_AGO_MS] < 0) {
+    printf(", slow start (never refused with others in flight)\n");
+    return;
+  }
+  ctl_human_ms((int64_t)f[THROTTLE_FIELD_CAP_LEARNED_AGO_MS], false, a, sizeof a);
+  ctl_human_ms((int64_t)f[THROTTLE_FIELD_CAP_RETRY_AFTER_MS], false, b, sizeof b);
+  printf(": set by a refusal %s ago (Retry-After %s)", a, b);
+  if (f[THROTTLE_FIELD_CAP_FAIL] > 0)
+    printf(", a raise to %lld refused", (long long)f[THROTTLE_FIELD_CAP_FAIL]);
+  if (f[THROTTLE_FIELD_CAP_NEXT_RAISE_MS] < 0) {
+    printf("; no raise: at the bound\n");
+    return;
+  }
+  ctl_human_ms((int64_t)f[THROTTLE_FIELD_CAP_NEXT_RAISE_MS], false, a, sizeof a);
+  printf("; next raise after %s more work at the cap\n", a);
+}
+
 int ctl_cmd_show(struct ctx *c) {
   throttle_info_t *info;
   int rc = throttle_info(c->h, c->args[0], &info);
@@ -418,6 +450,7 @@ int ctl_cmd_show(struct ctx *c) {
   } else {
     char key[KEY_TEXT_MAX];
     printf("key: %s\n", ctl_key_text(row->key, key, sizeof key));
+    learner_text(row->field);
     for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
       const char *name = throttle_field_name((throttle_field_t)i);
       if (name != NULL)

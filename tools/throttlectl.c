@@ -59,7 +59,7 @@ static const struct option_spec options[OPT_COUNT_] = {
     [OPT_CLASS] = {"--class", NULL, "live|backfill",
                    "admission class (default live): live is admitted "
                    "before backfill"},
-    [OPT_MAX_PARALLEL] = {"--max-parallel", NULL, "N|auto",
+    [OPT_MAX_PARALLEL] = {"--max-parallel", NULL, "N|auto[:MAX]",
                           "at most N (1 to 32) admissions of KEY at once; "
                           "auto: learned from lock answers"},
     [OPT_RATE] = {"--rate", NULL, "N/PERIOD",
@@ -681,7 +681,9 @@ static int cmd_set(struct ctx *c) {
   const char *key = c->args[0];
   int rc = 0;
   if (c->opt[OPT_MAX_PARALLEL] != NULL)
-    rc = throttle_set_max_parallel(c->h, key, c->max_parallel);
+    rc = c->max_auto != 0
+             ? throttle_set_max_parallel_auto(c->h, key, c->max_auto)
+             : throttle_set_max_parallel(c->h, key, c->max_parallel);
   if (rc == 0 && c->opt[OPT_RATE] != NULL)
     rc = throttle_set_rate(c->h, key, c->rate_n, c->rate_period_ms);
   if (rc == 0 && c->opt[OPT_BACKFILL_SHARE] != NULL)
