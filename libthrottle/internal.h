@@ -494,6 +494,9 @@ bool throttle__scope_pool_allows_locked(throttle_t *h,
 void throttle__scope_report_locked(throttle_t *h, const char *key,
                                    size_t len, uint64_t ticket,
                                    throttle_outcome_t outcome);
+/* r was just inserted: start its learned cap from its siblings'. */
+void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
+                                 uint64_t now);
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel);

@@ -547,6 +547,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   } else {
     h->hdr->used++;
   }
+  throttle__scope_seed_locked(h, r, now); /* what its siblings learned */
   *out = r;
 out:
   seq_end(h);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -494,6 +495,28 @@ static void test_scope_pool_rate_is_a_budget(void **state) {
   munmap(b, sizeof *b);
 }
 
+/* A table new to a workspace starts from the cap its siblings learned;
+ * a table of another workspace does not. */
+static void test_scope_new_key_starts_from_siblings(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "ws1/a", 1), 0);
+  assert_int_equal(throttle_backoff(h, "ws1/b", 1), 0);
+  int64_t cold = th_field(h, "ws1/a", THROTTLE_FIELD_CAP);
+  struct throttle__rec *ra = th_rec(h, "ws1/a"), *rb = th_rec(h, "ws1/b");
+  ra->auto_cap = 3; /* as a refusal with 3 in flight teaches it */
+  ra->auto_learned_ns = th_now_ns();
+  rb->auto_cap = 2; /* learned before a's */
+  rb->auto_learned_ns = ra->auto_learned_ns - 1000;
+  assert_int_equal(throttle_backoff(h, "ws1/new", 1), 0);
+  assert_int_equal(th_field(h, "ws1/new", THROTTLE_FIELD_CAP), 3);
+  assert_int_equal(throttle_backoff(h, "ws2/new", 1), 0);
+  assert_int_equal(th_field(h, "ws2/new", THROTTLE_FIELD_CAP), cold);
+  ra->auto_cap = 5; /* a key that exists keeps its own */
+  assert_int_equal(throttle_backoff(h, "ws1/new", 1), 0);
+  assert_int_equal(th_field(h, "ws1/new", THROTTLE_FIELD_CAP), 3);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -512,6 +535,7 @@ int main(void) {
       T(test_scope_pool_caps_the_sum),
       T(test_scope_pool_fifo_across_tables_live_first),
       T(test_scope_pool_rate_is_a_budget),
+      T(test_scope_new_key_starts_from_siblings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
