@@ -48,7 +48,7 @@ LDLIBS_CORE := -lpthread -lrt
 CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/table.c libthrottle/handle.c libthrottle/backoff.c \
             libthrottle/gate.c libthrottle/gate_live.c libthrottle/gate_learn.c \
-            libthrottle/gate_info.c \
+            libthrottle/gate_info.c libthrottle/scope.c \
             libthrottle/settings.c libthrottle/fault.c \
             libthrottle/backend.c
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
@@ -228,6 +228,9 @@ BENCH_QUICK ?= 0
 bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/http_fleet.sh"; B=$(B) BENCH_QUICK=$(BENCH_QUICK) sh bench/http_fleet.sh
+	@echo "== multi-table fleet: a workspace-wide 429, per-table signals vs scoped"
+	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key | head -1
+	@B=$(B) sh tests/test_scope_fleet.sh | head -1
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.

@@ -145,6 +145,17 @@ int main(void) {
         ok = 0;
     }
   }
+  /* The keys are one level deep ("hotdata:ws1/..."): throttle_wait()
+   * also checks their scope "hotdata:ws1" (libthrottle/scope.c). */
+  int scoped_ok = 1;
+  const struct figure *w[4] = {&lo[OP_WAIT], &hi[OP_WAIT], &lo1[OP_WAIT],
+                               &hi1[OP_WAIT]};
+  for (int i = 0; i < 4; i++)
+    if (w[i]->ratio > 1.5)
+      scoped_ok = 0;
+  printf("throttle_wait on a key one level deep (key and scope) <= 1.5x "
+         "clock: %s\n",
+         scoped_ok ? "met" : "NOT met");
   printf("open-key check <= 1.0x clock at both fills and 90%%/1%% <= 1.5: "
          "%s\n",
          ok ? "met" : "NOT met");

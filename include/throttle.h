@@ -433,7 +433,8 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
- * is published as a back-off (0 means the default of 5000 ms).
+ * is published as a back-off (0 means the default of 5000 ms), on the key
+ * or one of its scopes (throttle_set_publish_level()).
  * Tickets are unique for the segment's lifetime: a ticket whose admission
  * was already taken back (its lease lapsed, or the same admission was left
  * before, e.g. by a forked copy) matches no slot, frees nothing and
@@ -462,6 +463,39 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
                                      throttle_outcome_t outcome,
                                      uint64_t retry_after_ms,
                                      uint64_t timeout_ms);
+
+/* ---- Scopes: keys are paths ------------------------------------------
+ *
+ * A key's scopes are its prefixes at '/': "hotdata:ws1/orders" lies
+ * beneath the scope "hotdata:ws1" (its root scope).  A scope is named like
+ * any key: throttle_backoff(), throttle_pause(), throttle_resume(),
+ * throttle_cancel() and throttle_clear() on a scope reach every key beneath
+ * it, and throttle_wait() / throttle_enter() on a key honour the key and
+ * all its scopes (I1 on scopes).  When a scope's back-off passes, one
+ * admission beneath it goes as the scope's probe; the others, on every key
+ * beneath, wait for its answer (I3 on scopes).
+ *
+ * A scope with a cap (throttle_set_max_parallel()) or a rate
+ * (throttle_set_rate()) is a pool: it bounds the SUM of the admissions of
+ * every key beneath it.  An admission takes its place at the key and at
+ * every pool above it at once; places go first come, first served across
+ * the keys of a pool, live before backfill (throttle_set_backfill_share()
+ * on the scope bounds backfill's part of the pool); a leave hands its
+ * place to the oldest eligible waiter of any key beneath.  The rate of a
+ * pool is a budget for all its keys.  Each key keeps its own cap.
+ *
+ * Where a transient answer is published, per outcome: THROTTLE_LEVEL_KEY
+ * (the key itself), THROTTLE_LEVEL_ROOT (its root scope; the key when it
+ * has no scope), or n >= 1 (its prefix of n components; the key when it has
+ * fewer scopes).  Defaults: LOCKED on the key (a table's lock is the
+ * table's); RATE_LIMITED (429) and UNAVAILABLE (503) on the root scope (the
+ * workspace or server is what is overloaded).  Per handle, not shared.
+ * Errors: THROTTLE_EINVAL (h NULL, another outcome, level out of range). */
+#define THROTTLE_LEVEL_KEY 0
+#define THROTTLE_LEVEL_ROOT (-1)
+THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
+                                               throttle_outcome_t outcome,
+                                               int level);
 
 /* Key settings, kept in the segment and shared by every process. */
 

@@ -26,6 +26,11 @@
  *   other 4xx                    THROTTLE_OUTCOME_PERMANENT
  *   1xx, 3xx, 600-999            THROTTLE_OUTCOME_PERMANENT
  *
+ * "Published" is on the key for LOCKED and on the key's root scope for
+ * RATE_LIMITED and UNAVAILABLE ("hotdata:ws1" for "hotdata:ws1/orders": an
+ * overload is the workspace's, and every table beneath waits), unless
+ * throttle_set_publish_level() on the handle says otherwise.
+ *
  * "Locked" codes are {"RESOURCE_LOCKED"} unless the policy says otherwise
  * (throttle_curl_policy_set_locked_codes()).  The code is the string at
  * error.code of a JSON object body, e.g.

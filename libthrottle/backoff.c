@@ -207,12 +207,19 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
   if (rc != 0)
     return rc;
   THROTTLE__BE_TRY(h, throttle__be_remaining(h, key, ms));
-  uint64_t nb;
-  struct throttle__rec *r;
-  rc = read_nb(h, key, len, &nb, &r, NULL);
-  if (rc != 0)
-    return rc;
-  *ms = nb == 0 ? 0 : ms_left(h, nb, throttle__now_ns());
+  /* the latest of the key's and its scopes' */
+  uint64_t most = 0;
+  for (size_t p = 0, q = 0; q < len; p = q + 1) {
+    size_t s = throttle__scope_next(key, len, p);
+    q = s ? s : len;
+    uint64_t nb;
+    struct throttle__rec *r;
+    if ((rc = read_nb(h, key, q, &nb, &r, NULL)) != 0)
+      return rc;
+    if (nb > most)
+      most = nb;
+  }
+  *ms = most == 0 ? 0 : ms_left(h, most, throttle__now_ns());
   return 0;
 }
 
@@ -259,6 +266,25 @@ static int wait_gate(throttle_t *h, const char *key, size_t len,
 static int wait_slow(throttle_t *h, const char *key, size_t len,
                      uint64_t timeout_ms) __attribute__((noinline));
 
+/* The open-key check without the mutex: 1 when key is absent or open and
+ * not held by the gate (*idx its record, UINT32_MAX when absent), 0 when
+ * it needs a closer look.  Inlined: it is the whole hot path. */
+static inline __attribute__((always_inline)) int
+peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
+  uint32_t i, seq;
+  *idx = UINT32_MAX;
+  int f = throttle__find_nolock(h, key, len, &i, &seq);
+  if (f <= 0)
+    return f == 0;
+  const struct throttle__rec *r = &h->recs[i];
+  uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+  int held = throttle__gate_held(r);
+  if (!throttle__seq_still(h, seq))
+    return 0;
+  *idx = i;
+  return v == 0 && !held;
+}
+
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms) {
   size_t len;
@@ -268,16 +294,52 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   if (rc != 0)
     return rc;
   THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
-  /* The hot path: open and not held by the gate.  No clock, no lock. */
-  uint64_t nb;
-  struct throttle__rec *r;
-  if ((rc = read_nb(h, key, len, &nb, &r, NULL)) != 0)
-    return rc;
-  if (r == NULL || (nb == 0 && !throttle__gate_held(r))) {
-    throttle__clear_msg(h);
+  /* The key and each of its scopes (scope.c), root first.  The hot path:
+   * every level open and not held by the gate; no clock, no lock.  A level
+   * waited for may let another close meanwhile: look at all again. */
+  /* read before the look whose result it may vouch for */
+  uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_acquire);
+  uint32_t idx;
+  if (peek_open(h, key, len, &idx) &&
+      (throttle__scope_next(key, len, 0) == 0 ||
+       (idx != UINT32_MAX &&
+        throttle__guess_scopes_open(h, key, len, idx, gen)))) {
+    throttle__clear_msg(h); /* the hot path: one lookup */
     return 0;
   }
-  return wait_slow(h, key, len, timeout_ms);
+  uint64_t nb, start = 0;
+  struct throttle__rec *r = NULL;
+  for (bool waited = true; waited;) {
+    waited = false;
+    size_t p = 0, l;
+    do {
+      size_t q = throttle__scope_next(key, len, p);
+      l = q ? q : len;
+      p = q + 1;
+      if ((rc = read_nb(h, key, l, &nb, &r, NULL)) != 0)
+        return rc;
+      if (r == NULL || (nb == 0 && !throttle__gate_held(r)))
+        continue;
+      uint64_t now = throttle__now_ns();
+      if (nb <= now && !throttle__gate_held(r))
+        continue; /* passed: nothing waited for, nothing to look at again */
+      if (start != 0 && now - start >= h->max_delay_ns)
+        continue; /* this process's own maximum, from the start of the call */
+      if (start == 0)
+        start = now;
+      uint64_t spent = (now - start) / THROTTLE__NS_PER_MS;
+      if ((rc = wait_slow(h, key, l,
+                          timeout_ms == THROTTLE_FOREVER ? timeout_ms
+                          : spent < timeout_ms           ? timeout_ms - spent
+                                                         : 0)) != 0)
+        return rc;
+      waited = true;
+    } while (l < len);
+    if (!waited && r != NULL) /* r: the key's own record, looked at last */
+      throttle__guess_note_scopes(h, key, len, (uint32_t)(r - h->recs), gen);
+  }
+  throttle__clear_msg(h);
+  return 0;
 }
 
 static int wait_slow(throttle_t *h, const char *key, size_t len,
@@ -367,6 +429,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
      * which another thread may rewrite (evict, reuse) once it is released.
      * A wake does not sleep; with no sleepers it is one system call. */
     throttle__wake_rec(r);
+    throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
   throttle__unlock(h);
   if (r == NULL)

@@ -93,14 +93,6 @@ static void bump(struct throttle__slot *s) {
   atomic_fetch_add_explicit(&s->word, 1, memory_order_release);
 }
 
-static uint32_t backfill_cap(const struct throttle__rec *r, uint32_t cap) {
-  uint32_t share = throttle__share_of(r);
-  if (share == 0)
-    return 0;
-  uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
-  return n < 1 ? 1 : n;
-}
-
 static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->state = THROTTLE__SLOT_FREE;
   s->probe = 0;
@@ -163,6 +155,7 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   THROTTLE__CRASHPOINT("gate-mid-publish");
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);
+  throttle__scope_touch(h); /* after the not-before (scope.c) */
   sat_inc(&r->publishes);
   r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
   r->last_pid = throttle__pid();
@@ -189,7 +182,7 @@ static void bound_slot_times(struct throttle__slot *s, uint64_t now,
 }
 
 /* A conforming GCRA state never runs more than one period ahead of now. */
-static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
+void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
   if (r->rate_n != 0 && r->rate_period_ns == 0)
     r->rate_n = 0; /* no period: no rate (the setter never writes this) */
   if (r->rate_n == 0)
@@ -209,7 +202,7 @@ static void bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
  * something the code below can trust. */
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
   uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
-  bound_rate(h, r, now);
+  throttle__bound_rate(h, r, now);
   bool probe_found = false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     struct throttle__slot *s = &r->slot[i];
@@ -241,29 +234,6 @@ static void wake_all(struct wake *w) {
   for (uint32_t i = 0; i < w->n; i++)
     throttle__futex_wake(&w->slot[i]->word);
   w->n = 0;
-}
-
-/* GCRA with burst n: an admission at `now` conforms when
- * tat - (n - 1) * T <= now, T = period / n.  *ready is when it will. */
-static bool rate_allows(const struct throttle__rec *r, uint64_t now,
-                        uint64_t *ready) {
-  if (r->rate_n == 0)
-    return true;
-  uint64_t T = r->rate_period_ns / r->rate_n;
-  uint64_t tau = T * (r->rate_n - 1);
-  uint64_t earliest = r->rate_tat_ns > tau ? r->rate_tat_ns - tau : 0;
-  if (earliest <= now)
-    return true;
-  *ready = earliest;
-  return false;
-}
-
-static void rate_take(struct throttle__rec *r, uint64_t now) {
-  if (r->rate_n == 0)
-    return;
-  uint64_t T = r->rate_period_ns / r->rate_n;
-  uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
-  r->rate_tat_ns = throttle__sat_add(base, T);
 }
 
 /* Reclaim slots of dead holders and waiters, and of holders past their
@@ -346,6 +316,9 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     *next = nb;
     return;
   }
+  int scope = throttle__scope_gate_locked(h, r, now, next);
+  if (scope == THROTTLE__SCOPE_HELD)
+    return;
   if (r->probe_ticket != 0) {
     bool out = false;
     for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
@@ -355,26 +328,26 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (!out)
       __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   }
-  bound_rate(h, r, now);
+  throttle__bound_rate(h, r, now);
   uint32_t cap = throttle__cap_of(r);
   uint32_t holders = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
   uint32_t bf_holders =
       throttle__count_slots(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
-  uint32_t bf_cap = backfill_cap(r, cap);
+  uint32_t bf_cap = throttle__backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
       return; /* the probe is out: everyone else waits for its answer */
     struct throttle__slot *s = oldest(r, THROTTLE_CLASS_LIVE);
     if (s == NULL && bf_holders < bf_cap)
       s = oldest(r, THROTTLE_CLASS_BACKFILL);
-    if (s == NULL)
+    if (s == NULL || !throttle__scope_pool_allows_locked(h, r, s, now, next))
       return;
     uint64_t ready;
-    if (!rate_allows(r, now, &ready)) {
+    if (!throttle__rate_allows(r, now, &ready)) {
       *next = ready;
       return;
     }
-    rate_take(r, now);
+    throttle__rate_take(r, now);
     /* The grant times first: a crash after the state changes must not
      * leave a holder timed by the slot's previous occupant (its lease
      * would lapse at once and the slot be taken from a live holder). */
@@ -391,6 +364,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (r->flags & THROTTLE__REC_EPISODE) {
       s->probe = 1;
       __atomic_store_n(&r->probe_ticket, s->ticket, __ATOMIC_RELEASE);
+      throttle__scope_touch(h); /* r may be a scope: its keys are held */
       sat_inc(&r->probes);
     }
     bump(s);
@@ -402,6 +376,9 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (w != NULL && w->n < THROTTLE__SLOTS &&
         atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
       w->slot[w->n++] = s;
+    throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
+    if (scope == THROTTLE__SCOPE_PROBE)
+      return; /* alone until the scope's answer */
   }
 }
 
@@ -721,6 +698,12 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *t) {
   return t != NULL && t->probe;
 }
 
+static uint64_t delay_ns(uint64_t retry_after_ms) {
+  uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
+  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
+                                               : ms * THROTTLE__NS_PER_MS;
+}
+
 static bool publishes(throttle_outcome_t outcome) {
   return outcome == THROTTLE_OUTCOME_LOCKED ||
          outcome == THROTTLE_OUTCOME_RATE_LIMITED ||
@@ -772,13 +755,9 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     sat_inc(&r->locked);
   if (outcome == THROTTLE_OUTCOME_PERMANENT)
     sat_inc(&r->permanent);
-  if (publishes(outcome)) {
-    uint64_t ms = retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS;
-    throttle__publish_locked(h, r, now,
-                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
-                                 ? UINT64_MAX
-                                 : ms * THROTTLE__NS_PER_MS);
-  }
+  if (publishes(outcome) &&
+      throttle__publish_len(h, t->key, t->len, outcome) == t->len)
+    throttle__publish_locked(h, r, now, delay_ns(retry_after_ms));
   if (s != NULL) /* a stale report says nothing of the cap now */
     throttle__learn_locked(r, &learn);
   r->last_use_ns = now;
@@ -848,6 +827,9 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     return rc; /* the slot lapses with its lease */
   }
   uint64_t now = throttle__now_ns();
+  if (publishes(outcome))
+    throttle__scope_publish_locked(h, t->key, t->len, outcome,
+                                   delay_ns(retry_after_ms), now);
   struct throttle__rec *r = throttle__find_locked(h, t->key, t->len, t->hash);
   if (r == NULL && publishes(outcome))
     rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
@@ -855,6 +837,7 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   bool stale = r == NULL ||
                !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
                               &w);
+  throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
   throttle__unlock(h);
   wake_all(&w);
   if (rc == 0 && bad_outcome)

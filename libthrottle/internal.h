@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 3u
+#define THROTTLE__LAYOUT 4u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -66,6 +66,11 @@ struct throttle__hdr {
    * which key (insert, evict, index rebuild), so lock-free readers can tell
    * that what they read was stable. */
   _Alignas(THROTTLE__CACHELINE) _Atomic uint32_t tseq;
+  /* Bumped after any change that can make an open key's scope hold it (a
+   * publish, a pause, a probe sent out, and any insert, evict or repair):
+   * a reader that saw every scope of a key open under this value knows
+   * they still are (table.c's guesses keep that). */
+  _Atomic uint32_t sgen;
   uint32_t used;
   uint32_t free_head; /* record index + 1, 0 = none */
   uint32_t tombstones;
@@ -212,6 +217,41 @@ static inline uint32_t throttle__share_of(const struct throttle__rec *r) {
   return r->share_permille > 1000 ? 1000 : r->share_permille;
 }
 
+/* Most backfill holders for a cap (share of it, at least 1 unless 0). */
+static inline uint32_t throttle__backfill_cap(const struct throttle__rec *r,
+                                              uint32_t cap) {
+  uint32_t share = throttle__share_of(r);
+  if (share == 0)
+    return 0;
+  uint32_t n = (uint32_t)(((uint64_t)cap * share) / 1000);
+  return n < 1 ? 1 : n;
+}
+
+/* GCRA with burst n: an admission at `now` conforms when
+ * tat - (n - 1) * T <= now, T = period / n.  *ready is when it will. */
+uint64_t throttle__sat_add(uint64_t a, uint64_t b); /* clock.c */
+static inline bool throttle__rate_allows(const struct throttle__rec *r,
+                                         uint64_t now, uint64_t *ready) {
+  if (r->rate_n == 0)
+    return true;
+  uint64_t T = r->rate_period_ns / r->rate_n;
+  uint64_t tau = T * (r->rate_n - 1);
+  uint64_t earliest = r->rate_tat_ns > tau ? r->rate_tat_ns - tau : 0;
+  if (earliest <= now)
+    return true;
+  *ready = earliest;
+  return false;
+}
+
+static inline void throttle__rate_take(struct throttle__rec *r,
+                                       uint64_t now) {
+  if (r->rate_n == 0)
+    return;
+  uint64_t T = r->rate_period_ns / r->rate_n;
+  uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
+  r->rate_tat_ns = throttle__sat_add(base, T);
+}
+
 /* Participant slots in state (and of class cls, unless cls < 0). */
 static inline uint32_t throttle__count_slots(const struct throttle__rec *r,
                                              int state, int cls) {
@@ -270,6 +310,11 @@ struct throttle {
   const void *ro_src;
   pthread_mutex_t ro_lock;
   struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
+  /* throttle_set_publish_level(): per outcome (LOCKED, RATE_LIMITED,
+   * UNAVAILABLE), where its back-off goes; bit o of publish_set says
+   * publish_level[o] was set (scope.c has the defaults). */
+  int16_t publish_level[4];
+  uint8_t publish_set;
 };
 
 struct throttle_info {
@@ -334,6 +379,14 @@ uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
                           uint32_t *idx, uint32_t *seq);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+/* This thread saw every scope of key, found at record idx, open under
+ * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).
+ * Lock-free; only a hint for the open-key path: any publish, pause,
+ * probe, insert, evict or repair since changes sgen. */
+bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen);
+void throttle__guess_note_scopes(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen);
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash);
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
@@ -398,6 +451,9 @@ uint32_t throttle__learn_bound(const struct throttle__rec *r);
 uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r);
 
 /* gate.c */
+/* A conforming GCRA state never runs more than one period ahead of now
+ * (the rate's fields bounded: shared memory is input). */
+void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
@@ -408,6 +464,64 @@ void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
 bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
+
+/* scope.c */
+/* The end of the next scope of key at or after from (a '/' past the first
+ * byte), or 0 when there is none. */
+static inline size_t throttle__scope_next(const char *key, size_t len,
+                                          size_t from) {
+  if (from == 0)
+    from = 1; /* a leading '/' names no scope */
+  if (from >= len)
+    return 0;
+  const char *s = memchr(key + from, '/', len - from);
+  return s != NULL ? (size_t)(s - key) : 0;
+}
+enum {
+  THROTTLE__SCOPE_OPEN = 0,  /* no scope holds r */
+  THROTTLE__SCOPE_HELD = 1,  /* paused, not-before (*next), or probe out */
+  THROTTLE__SCOPE_PROBE = 2, /* a scope's episode: grant one, as its probe */
+};
+int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
+                                uint64_t now, uint64_t *next);
+/* held was just granted on r: it takes a place in every pool over r (a
+ * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
+ * the probe of every scope of r in an episode with no probe out. */
+void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
+                                 const struct throttle__slot *held,
+                                 bool probe);
+/* May waiter w of r be granted as far as the pools over r go: a place free
+ * at every capped scope (backfill within its share there), its rate
+ * allowing one more (else *next = when it will), and no waiter
+ * of another key beneath that goes first (live before backfill, then
+ * arrival) and whose own key could go now. */
+bool throttle__scope_pool_allows_locked(throttle_t *h,
+                                        const struct throttle__rec *r,
+                                        const struct throttle__slot *w,
+                                        uint64_t now, uint64_t *next);
+/* The admission ticket left with outcome: if it probed a scope of key,
+ * free its place there, end the episode on OK, wake the keys beneath. */
+void throttle__scope_report_locked(throttle_t *h, const char *key,
+                                   size_t len, uint64_t ticket,
+                                   throttle_outcome_t outcome);
+/* r was just inserted: start its learned cap from its siblings'. */
+void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
+                                 uint64_t now);
+/* Wake (and with cancel, cancel) the waiters of every key beneath s. */
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel);
+/* Publish outcome's back-off on the scope of key the handle routes it to
+ * (nothing when that is the key itself: the caller publishes there). */
+void throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                    size_t len, throttle_outcome_t outcome,
+                                    uint64_t delay_ns, uint64_t now);
+/* After a change that can make a scope hold (see hdr->sgen). */
+static inline void throttle__scope_touch(throttle_t *h) {
+  atomic_fetch_add_explicit(&h->hdr->sgen, 1, memory_order_release);
+}
+/* How much of key an outcome's back-off is published on (its length). */
+uint32_t throttle__publish_len(const throttle_t *h, const char *key,
+                               size_t len, throttle_outcome_t outcome);
 
 #ifdef THROTTLE_TESTING
 #define THROTTLE__CRASHPOINT(name) throttle__crashpoint(name)

@@ -9,7 +9,7 @@
 /* Find or create key, apply fn under the mutex, then let waiters re-check. */
 static int with_key(throttle_t *h, const char *key, bool create,
                     void (*fn)(struct throttle__rec *, const void *),
-                    const void *arg) {
+                    const void *arg, bool cancel_below) {
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
@@ -33,6 +33,10 @@ static int with_key(throttle_t *h, const char *key, bool create,
     /* Wake under the lock: once it is released the record may be evicted
      * and its slots rewritten. */
     throttle__wake_rec(r);
+    /* A scope: every key beneath looks again (scope.c), and a cancel
+     * reaches their waiters too. */
+    throttle__scope_below_locked(h, r, cancel_below);
+    throttle__scope_touch(h); /* a pause may hold keys beneath (scope.c) */
   }
   throttle__unlock(h);
   if (rc == 0)
@@ -72,7 +76,7 @@ static int set_cap_checked(throttle_t *h, const char *key, uint32_t n,
                           "max parallel auto:%u: a bound on the learned cap "
                           "is kept only in a shared-memory segment",
                           n);
-  return with_key(h, key, true, fn, &n);
+  return with_key(h, key, true, fn, &n, false);
 }
 
 THROTTLE_EXTERN int throttle_set_max_parallel_auto(throttle_t *h,
@@ -106,7 +110,7 @@ THROTTLE_EXTERN int throttle_set_rate(throttle_t *h, const char *key,
              : THROTTLE_EINVAL;
   THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_RATE, n, period_ms));
   struct rate_arg a = {n, period_ms * THROTTLE__NS_PER_MS};
-  return with_key(h, key, true, set_rate, &a);
+  return with_key(h, key, true, set_rate, &a, false);
 }
 
 static void set_share(struct throttle__rec *r, const void *arg) {
@@ -123,7 +127,7 @@ THROTTLE_EXTERN int throttle_set_backfill_share(throttle_t *h,
              : THROTTLE_EINVAL;
   uint32_t permille = (uint32_t)(share * 1000.0 + 0.5);
   THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_SHARE, permille, 0));
-  return with_key(h, key, true, set_share, &permille);
+  return with_key(h, key, true, set_share, &permille, false);
 }
 
 static void set_paused(struct throttle__rec *r, const void *arg) {
@@ -136,13 +140,13 @@ static void set_paused(struct throttle__rec *r, const void *arg) {
 THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key) {
   int on = 1;
   THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_PAUSE, 0, 0));
-  return with_key(h, key, true, set_paused, &on);
+  return with_key(h, key, true, set_paused, &on, false);
 }
 
 THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key) {
   int on = 0;
   THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_RESUME, 0, 0));
-  return with_key(h, key, false, set_paused, &on);
+  return with_key(h, key, false, set_paused, &on, false);
 }
 
 static void do_cancel(struct throttle__rec *r, const void *arg) {
@@ -152,7 +156,7 @@ static void do_cancel(struct throttle__rec *r, const void *arg) {
 
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
   THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_CANCEL, 0, 0));
-  return with_key(h, key, false, do_cancel, NULL);
+  return with_key(h, key, false, do_cancel, NULL, true);
 }
 
 

@@ -125,8 +125,17 @@ static void wipe_rec(struct throttle__rec *r) {
 struct guess {
   const throttle_t *h;
   const char *key;
-  uint32_t idx;
+  uint32_t idx; /* or GUESS_ABSENT | len: no such key while tseq == seq */
+  uint32_t seq; /* with GUESS_SCOPES in idx: the key's scopes were open
+                   under hdr->sgen == seq */
 };
+/* A negative guess: a key's scopes (scope.c) are looked up on every check
+ * of the key, and are usually never named; without it each check of an
+ * open key paid a hash and a walk for its absent scope.  Valid only while
+ * the table's sequence is the one it was seen under: any insert, evict or
+ * rebuild changes it. */
+#define GUESS_ABSENT 0x80000000u
+#define GUESS_SCOPES 0x40000000u /* beyond any capacity, as GUESS_ABSENT */
 static THROTTLE__TLS struct guess guess[GUESS_SETS][2];
 
 static struct guess *guess_set(const char *key, size_t len) {
@@ -138,11 +147,12 @@ static struct guess *guess_set(const char *key, size_t len) {
 __attribute__((no_sanitize("thread"))) static uint32_t
 try_guess(const throttle_t *h, const struct guess *g, const char *key,
           size_t len) {
-  if (g->h != h || g->key != key || g->idx >= h->capacity)
-    return UINT32_MAX;
-  const struct throttle__rec *r = &h->recs[g->idx];
+  uint32_t idx = g->idx & ~GUESS_SCOPES;
+  if (g->h != h || g->key != key || idx >= h->capacity)
+    return UINT32_MAX; /* also a negative guess (GUESS_ABSENT is bigger) */
+  const struct throttle__rec *r = &h->recs[idx];
   return r->state == THROTTLE__REC_USED && key_matches(r, key, len)
-             ? g->idx
+             ? idx
              : UINT32_MAX;
 }
 
@@ -156,6 +166,12 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
     return -1;
   int found = 0;
   struct guess *set = guess_set(key, len);
+  for (int w = 0; w < 2; w++)
+    if (set[w].idx == (GUESS_ABSENT | (uint32_t)len) && set[w].h == h &&
+        set[w].key == key && set[w].seq == s) {
+      *seq = s; /* absent under this very sequence: still absent */
+      return 0;
+    }
   uint32_t gi = try_guess(h, &set[0], key, len);
   if (gi == UINT32_MAX)
     gi = try_guess(h, &set[1], key, len);
@@ -181,16 +197,45 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
         *idx = ri;
         found = 1;
         set[1] = set[0]; /* the newest guess first, the older kept */
-        set[0] = (struct guess){h, key, ri};
+        set[0] = (struct guess){h, key, ri, s};
         break;
       }
     }
   }
+  bool absent = !found;
   *seq = s;
   atomic_thread_fence(memory_order_acquire);
   if (atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) != s)
     return -1;
+  if (absent && len <= THROTTLE__KEY_MAX) { /* seen absent under s */
+    set[1] = set[0];
+    set[0] = (struct guess){h, key, GUESS_ABSENT | (uint32_t)len, s};
+  }
   return found;
+}
+
+/* The claim is tied to the record the lookup just validated: the caller's
+ * buffer may hold another key now, but then it is not found at idx, or an
+ * insert (which changes sgen) put it there. */
+bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen) {
+  const struct guess *set = guess_set(key, len);
+  for (int w = 0; w < 2; w++)
+    if (set[w].idx == (idx | GUESS_SCOPES) && set[w].key == key &&
+        set[w].h == h && set[w].seq == gen)
+      return true;
+  return false;
+}
+
+void throttle__guess_note_scopes(const throttle_t *h, const char *key,
+                                 size_t len, uint32_t idx, uint32_t gen) {
+  struct guess *set = guess_set(key, len);
+  for (int w = 0; w < 2; w++)
+    if ((set[w].idx & ~GUESS_SCOPES) == idx && set[w].key == key &&
+        set[w].h == h) {
+      set[w].idx = idx | GUESS_SCOPES;
+      set[w].seq = gen;
+    }
 }
 
 bool throttle__seq_still(const throttle_t *h, uint32_t seq) {
@@ -238,6 +283,7 @@ static void seq_begin(throttle_t *h) {
 
 static void seq_end(throttle_t *h) {
   atomic_fetch_add_explicit(&h->hdr->tseq, 1, memory_order_release);
+  throttle__scope_touch(h); /* what a key's scopes are may have changed */
 }
 
 static int place_bucket(throttle_t *h, uint64_t hash, uint32_t idx) {
@@ -350,6 +396,7 @@ void throttle__repair_locked(throttle_t *h) {
       r->last_use_ns = now;
   }
   atomic_store_explicit(&h->hdr->tseq, (s | 1) + 1, memory_order_release);
+  throttle__scope_touch(h); /* a publish or pause cut short by the crash */
 }
 
 
@@ -511,6 +558,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
   } else {
     h->hdr->used++;
   }
+  throttle__scope_seed_locked(h, r, now); /* what its siblings learned */
   *out = r;
 out:
   seq_end(h);

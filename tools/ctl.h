@@ -52,6 +52,7 @@ enum opt_id {
   OPT_RETRIES,
   OPT_TIMEOUT,
   OPT_INTERVAL, /* watch */
+  OPT_PUBLISH, /* http: repeatable */
   OPT_COUNT_
 };
 #define OPT(id) (1u << (id))
@@ -113,6 +114,8 @@ struct ctx {
   uint64_t rate_period_ms;
   double backfill_share;
   throttle_class_t cls; /* --class */
+  int publish_level[4];  /* http --publish, per outcome; 0 = key ... */
+  unsigned publish_set;  /* bit o: publish_level[o] given */
   unsigned retries;     /* --retries */
   char *body;           /* http: the request body (-d, --data-binary) */
   size_t body_len;
@@ -147,6 +150,10 @@ int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int ctl_check_max_parallel(struct ctx *c);
 int ctl_check_timeout(struct ctx *c);
 int ctl_check_class(struct ctx *c); /* --class into c->cls (default live) */
+/* http --publish SIGNAL=WHERE (repeatable): checked into c, then applied
+ * to c->h (a warning when the library refuses). */
+int ctl_check_publish(struct ctx *c);
+void ctl_apply_publish(struct ctx *c);
 /* --retries N (0..RETRIES_MAX) into c->retries, def when absent. */
 #define RETRIES_MAX 1000u
 int ctl_check_retries(struct ctx *c, unsigned def);

@@ -49,6 +49,49 @@ int ctl_check_class(struct ctx *c) {
   return 0;
 }
 
+int ctl_check_publish(struct ctx *c) {
+  static const struct {
+    const char *name;
+    throttle_outcome_t o;
+  } sig[] = {{"locked", THROTTLE_OUTCOME_LOCKED},
+             {"409", THROTTLE_OUTCOME_LOCKED},
+             {"429", THROTTLE_OUTCOME_RATE_LIMITED},
+             {"503", THROTTLE_OUTCOME_UNAVAILABLE}};
+  for (int i = 0; i < c->nlist[OPT_PUBLISH]; i++) {
+    const char *v = c->list[OPT_PUBLISH][i], *eq = strchr(v, '=');
+    size_t n = eq != NULL ? (size_t)(eq - v) : 0, k = 0;
+    while (k < sizeof sig / sizeof sig[0] &&
+           !(strlen(sig[k].name) == n && strncmp(v, sig[k].name, n) == 0))
+      k++;
+    uint64_t lv = 0;
+    int level = 0;
+    if (k < sizeof sig / sizeof sig[0] && strcmp(eq + 1, "root") == 0)
+      level = THROTTLE_LEVEL_ROOT;
+    else if (k < sizeof sig / sizeof sig[0] && strcmp(eq + 1, "key") == 0)
+      level = THROTTLE_LEVEL_KEY;
+    else if (k < sizeof sig / sizeof sig[0] &&
+             ctl_parse_uint(eq + 1, 1, 255, &lv) == 0)
+      level = (int)lv;
+    else
+      return ctl_usage_error(c->cmd,
+                             "--publish must be SIGNAL=WHERE (SIGNAL locked, "
+                             "429 or 503; WHERE key, root or 1 to 255), not "
+                             "'%s'",
+                             v);
+    c->publish_level[sig[k].o] = level;
+    c->publish_set |= 1u << sig[k].o;
+  }
+  return 0;
+}
+
+void ctl_apply_publish(struct ctx *c) {
+  for (unsigned o = 0; o < 4; o++)
+    if ((c->publish_set & (1u << o)) &&
+        throttle_set_publish_level(c->h, (throttle_outcome_t)o,
+                                   c->publish_level[o]) != 0)
+      ctl_say("warning: --publish: %s", throttle_errmsg(c->h));
+}
+
 int ctl_check_max_parallel(struct ctx *c) {
   const char *v = c->opt[OPT_MAX_PARALLEL];
   uint64_t n = 0;

@@ -199,7 +199,8 @@ int ctl_check_http(struct ctx *c) {
     rc = ctl_check_retries(c, RETRIES_DEFAULT);
   if (rc != 0)
     return rc;
-  if ((rc = ctl_check_max_parallel(c)) != 0 || (rc = ctl_check_timeout(c)) != 0)
+  if ((rc = ctl_check_max_parallel(c)) != 0 || (rc = ctl_check_timeout(c)) != 0 ||
+      (rc = ctl_check_publish(c)) != 0)
     return rc;
   if (c->timeout_ms == 0)
     return ctl_usage_error(c->cmd, "--timeout must be more than 0 for http "
@@ -671,6 +672,7 @@ int ctl_cmd_http(struct ctx *c) {
               *throttle_errmsg(c->h) ? throttle_errmsg(c->h)
                                      : throttle_strerror(rc));
   }
+  ctl_apply_publish(c); /* where 409, 429, 503 back-offs go */
   if (c->opt[OPT_VERBOSE] != NULL)
     ctl_say("%s: %s %s, %zu-byte body, class %s, --retries %u", ktext,
             c->opt[OPT_REQUEST] ? c->opt[OPT_REQUEST]

@@ -34,6 +34,72 @@ struct rows {
   size_t hn, hcap;
 };
 
+/* Keys are paths: a key's scopes are its prefixes at '/'.  The tree of
+ * the listed keys: each row's nearest listed scope, its depth among
+ * listed scopes, and what the keys beneath a scope hold and wait for. */
+struct tree {
+  long *parent; /* row index, -1 = none listed */
+  int *depth;
+  int64_t *keys, *flight, *wait; /* sums over the keys beneath */
+};
+
+static long find_row(const struct rows *rows, const char *key) {
+  size_t lo = 0, hi = rows->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(rows->v[mid].key, key);
+    if (c == 0)
+      return (long)mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -1;
+}
+
+static void tree_free(struct tree *t) {
+  free(t->parent);
+  free(t->depth);
+  free(t->keys);
+  free(t->flight);
+  free(t->wait);
+}
+
+/* Rows are in key order (strcmp), so a scope's row is found by search. */
+static int tree_build(const struct rows *rows, struct tree *t) {
+  size_t n = rows->n ? rows->n : 1;
+  *t = (struct tree){calloc(n, sizeof(long)), calloc(n, sizeof(int)),
+                     calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t)),
+                     calloc(n, sizeof(int64_t))};
+  if (!t->parent || !t->depth || !t->keys || !t->flight || !t->wait) {
+    tree_free(t);
+    return -1;
+  }
+  char buf[KEY_MAX + 1];
+  for (size_t i = 0; i < rows->n; i++) {
+    const char *k = rows->v[i].key;
+    t->parent[i] = -1;
+    for (size_t p = strlen(k); p-- > 1 && t->parent[i] < 0;)
+      if (k[p] == '/') {
+        memcpy(buf, k, p);
+        buf[p] = 0;
+        t->parent[i] = find_row(rows, buf);
+      }
+  }
+  for (size_t i = 0; i < rows->n; i++) {
+    const int64_t *f = rows->v[i].field;
+    for (long a = t->parent[i]; a >= 0; a = t->parent[a]) {
+      t->depth[i]++;
+      t->keys[a]++;
+      t->flight[a] += f[THROTTLE_FIELD_IN_FLIGHT];
+      t->wait[a] += f[THROTTLE_FIELD_WAITING_LIVE] +
+                    f[THROTTLE_FIELD_WAITING_BACKFILL];
+    }
+  }
+  return 0;
+}
+
 /* Room for one more of each, doubling. */
 static int grow_rows(struct rows *rows) {
   if (rows->n == rows->cap) {
@@ -102,11 +168,29 @@ static bool field_is_flag(int f) {
  * stable name, then the holders.  A key that is not UTF-8 also comes as
  * "key_base64" (ctl_json_key). */
 static void key_json(FILE *f, const struct rows *rows,
-                     const struct keyrow *row, bool schema) {
+                     const struct keyrow *row, bool schema,
+                     const struct tree *t) {
   fputc('{', f);
   if (schema)
     fprintf(f, "\"schema\":%d,", CTL_JSON_SCHEMA);
   ctl_json_key(f, row->key);
+  const char *slash = strrchr(row->key, '/');
+  fputs(",\"scope\":", f); /* the key's own scope: its prefix at the last / */
+  if (slash != NULL && slash > row->key) {
+    char scope[KEY_MAX + 1];
+    snprintf(scope, sizeof scope, "%.*s", (int)(slash - row->key), row->key);
+    ctl_json_string(f, scope);
+  } else {
+    fputs("null", f);
+  }
+  if (t != NULL) {
+    size_t i = (size_t)(row - rows->v);
+    fprintf(f,
+            ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
+            "\"waiting\":%lld}",
+            (long long)t->keys[i], (long long)t->flight[i],
+            (long long)t->wait[i]);
+  }
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
     const char *name = throttle_field_name((throttle_field_t)i);
     if (name == NULL)
@@ -218,8 +302,9 @@ void ctl_state_text(const int64_t *f, char *buf, size_t len) {
     snprintf(buf, len, "-");
 }
 
-static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
-                   uint32_t used, uint64_t evictions, uint64_t repairs) {
+static int ls_text(struct ctx *c, const struct rows *rows,
+                   const struct tree *tr, uint32_t cap, uint32_t used,
+                   uint64_t evictions, uint64_t repairs) {
   static const bool right[NCOLS] = {false, true, true, true, true,
                                     true,  true, true, false};
   static char *const head[NCOLS] = {"KEY",    "LEFT", "FLIGHT", "WAIT", "ADMIT",
@@ -228,11 +313,16 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
   int rc = ctl_table_add(&t, head);
   for (size_t i = 0; i < rows->n && rc == 0; i++) {
     const int64_t *f = rows->v[i].field;
-    char key[KEY_TEXT_MAX], left[32], flight[48], wait[48], admit[24],
-        locked[24], recl[24], last[32], state[96];
+    char key[KEY_TEXT_MAX + 2 * 16], name[KEY_TEXT_MAX], left[32],
+        flight[48], wait[48], admit[24], locked[24], recl[24], last[32],
+        state[192];
     char *row[NCOLS] = {key,    left, flight, wait, admit,
                         locked, recl, last,   state};
-    ctl_key_text(rows->v[i].key, key, sizeof key);
+    /* beneath a listed scope: indented (the whole key still, for the
+     * scripts that look for it) */
+    ctl_key_text(rows->v[i].key, name, sizeof name);
+    int depth = tr->depth[i] < 16 ? tr->depth[i] : 16;
+    snprintf(key, sizeof key, "%*s%s", 2 * depth, "", name);
     if (f[THROTTLE_FIELD_REMAINING_MS] > 0)
       ctl_human_ms(f[THROTTLE_FIELD_REMAINING_MS], true, left, sizeof left);
     else
@@ -254,6 +344,15 @@ static int ls_text(struct ctx *c, const struct rows *rows, uint32_t cap,
     else
       snprintf(last, sizeof last, "-");
     ctl_state_text(f, state, sizeof state);
+    if (tr->keys[i] > 0) { /* a scope: what the keys beneath it do */
+      char below[96];
+      snprintf(below, sizeof below,
+               "%lld keys beneath: %lld in flight, %lld waiting",
+               (long long)tr->keys[i], (long long)tr->flight[i],
+               (long long)tr->wait[i]);
+      size_t n = strcmp(state, "-") == 0 ? 0 : strlen(state);
+      snprintf(state + n, sizeof state - n, "%s%s", n ? "," : "", below);
+    }
     rc = ctl_table_add(&t, row);
   }
   if (rc != 0) {
@@ -289,8 +388,15 @@ int ctl_cmd_ls(struct ctx *c) {
     }
     return ctl_lib_fail(c, rc);
   }
+  struct tree tr;
+  if (tree_build(&rows, &tr) != 0) {
+    rows_free(&rows);
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
   if (c->opt[OPT_JSON] == NULL) {
-    rc = ls_text(c, &rows, cap, used, evictions, repairs);
+    rc = ls_text(c, &rows, &tr, cap, used, evictions, repairs);
+    tree_free(&tr);
     rows_free(&rows);
     return rc;
   }
@@ -305,9 +411,10 @@ int ctl_cmd_ls(struct ctx *c) {
   for (size_t i = 0; i < rows.n; i++) {
     if (i > 0)
       fputc(',', stdout);
-    key_json(stdout, &rows, &rows.v[i], false);
+    key_json(stdout, &rows, &rows.v[i], false, &tr);
   }
   fputs("]}\n", stdout);
+  tree_free(&tr);
   rows_free(&rows);
   return XIT_OK;
 }
@@ -343,6 +450,25 @@ static int holders_text(const struct rows *rows, const struct keyrow *row) {
   }
   ctl_table_free(&t);
   return rc;
+}
+
+/* What the keys beneath a scope do (show SCOPE). */
+struct beneath {
+  const char *scope;
+  size_t len;
+  int64_t keys, flight, wait;
+};
+
+static int add_beneath(const throttle_info_t *info, void *arg) {
+  struct beneath *b = arg;
+  const char *k = throttle_info_key(info);
+  if (strncmp(k, b->scope, b->len) == 0 && k[b->len] == '/') {
+    b->keys++;
+    b->flight += throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT);
+    b->wait += throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE) +
+               throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL);
+  }
+  return 0;
 }
 
 /* What the cap learner knows, in words.  Its own label: "cap:" is the
@@ -392,7 +518,7 @@ int ctl_cmd_show(struct ctx *c) {
   }
   const struct keyrow *row = &rows.v[0];
   if (c->opt[OPT_JSON] != NULL) {
-    key_json(stdout, &rows, row, true);
+    key_json(stdout, &rows, row, true, NULL);
     fputc('\n', stdout);
   } else {
     char key[KEY_TEXT_MAX];
@@ -404,6 +530,10 @@ int ctl_cmd_show(struct ctx *c) {
         printf("%s: %lld\n", name, (long long)row->field[i]);
     }
     rc = holders_text(&rows, row);
+    struct beneath b = {row->key, strlen(row->key), 0, 0, 0};
+    if (rc == 0 && throttle_foreach(c->h, add_beneath, &b) == 0 && b.keys)
+      printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
+             (long long)b.keys, (long long)b.flight, (long long)b.wait);
   }
   rows_free(&rows);
   if (rc != 0) {

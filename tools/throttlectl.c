@@ -77,6 +77,12 @@ static const struct option_spec options[OPT_COUNT_] = {
                      "allowed); exit 75"},
     [OPT_INTERVAL] = {"--interval", NULL, "SEC",
                       "refresh every SEC seconds (default 1; 0.1 to 3600)"},
+    [OPT_PUBLISH] = {"--publish", NULL, "SIGNAL=WHERE",
+                     "where a back-off goes: SIGNAL locked, 429 or 503; "
+                     "WHERE key, root (KEY's first part) or N (its first N "
+                     "parts); default locked=key 429=root 503=root "
+                     "(repeatable)",
+                     .repeat = true},
 };
 
 /* Where `http` means something else by a shared option. */
@@ -213,6 +219,7 @@ static const struct command commands[] = {
      .opts = OPT(OPT_REQUEST) | OPT(OPT_HEADER) | OPT(OPT_DATA) |
              OPT(OPT_DATA_BINARY) | OPT(OPT_OUTPUT) | OPT(OPT_VERBOSE) |
              OPT(OPT_COMPRESSED) | OPT(OPT_CLASS) | OPT(OPT_MAX_PARALLEL) | OPT(OPT_RETRIES) |
+             OPT(OPT_PUBLISH) |
              OPT(OPT_TIMEOUT),
      .key_first = true,
      .open = OPEN_FAIL_OPEN,

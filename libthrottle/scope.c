@@ -1,0 +1,366 @@
+/*
+ * scope.c — keys as paths.  A key's scopes are its prefixes at '/': for
+ * "hotdata:ws1/orders" the scope "hotdata:ws1".  A scope is an ordinary
+ * record (its own not-before, pause, cancel generation, lock episode), so
+ * throttle_backoff(), throttle_pause() and throttle_cancel() on a scope
+ * need nothing new; what this file owns is how a scope reaches the keys
+ * beneath it:
+ *
+ *  - the gate of a key also consults its scopes (throttle__scope_gate_locked,
+ *    called by grant_locked): a scope's not-before, pause or probe holds
+ *    every key beneath;
+ *  - after a scope's not-before passes, ONE admission beneath it goes as the
+ *    scope's probe: it takes a holding slot in the scope's record (so the
+ *    scope's lease and dead-holder reclaim apply to it unchanged) and the
+ *    scope's probe ticket; its leave answers for the scope
+ *    (throttle__scope_report_locked);
+ *  - which record a transient answer is published on (throttle__publish_key):
+ *    LOCKED on the key, 429 and 503 on the root scope, unless the handle
+ *    says otherwise (throttle_set_publish_level);
+ *  - operator changes on a scope (resume, cancel, clear) reach the waiters
+ *    of every key beneath (throttle__scope_below_locked);
+ *  - pools: a scope with a fixed cap or a rate bounds the sum of the
+ *    admissions beneath it.  A grant on a key first asks every pool above
+ *    it (throttle__scope_pool_allows_locked: a free place, backfill within
+ *    the pool's share, the pool's rate, and no older eligible waiter of
+ *    another key beneath, live first), then takes a holding slot in each
+ *    capped pool (throttle__scope_take_locked), all under the one segment
+ *    mutex: atomic, no lock order, no place held while waiting.  A leave
+ *    frees those places and wakes the keys beneath, so the oldest eligible
+ *    waiter of any of them takes the place.  A pool's places are its
+ *    record's slots, hence at most THROTTLE__SLOTS.
+ *
+ * Rejected: copying a scope's not-before into every record beneath on
+ * publish (a key created later would miss it, and a publish would cost a
+ * table walk); a scope field in each record pointing at its parent (records
+ * are evicted and reused, so the pointer would need its own validation);
+ * a separate table of scopes (a second lookup structure to repair after a
+ * crash).  The open-key path looks at a key's scopes only when the
+ * segment's sgen changed since this thread saw them open (table.c's
+ * guesses; bench/bench_backoff.c measures it against clock_gettime).
+ * Rejected for pools: a queue of the pool's waiters in shared memory (a
+ * second FIFO to repair after a crash; the waiters' own slots and tickets
+ * already order them, at the cost of a walk of the table per grant of a
+ * pooled key); taking the places level by level (a place held while
+ * waiting for the next, and lock-order deadlocks).
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static bool below(const struct throttle__rec *r, const char *scope,
+                  size_t len) {
+  return r->state == THROTTLE__REC_USED && r->key_len > len &&
+         r->key[len] == '/' && memcmp(r->key, scope, len) == 0;
+}
+
+/* The scope's record, or NULL when the scope was never named. */
+static struct throttle__rec *scope_rec(throttle_t *h, const char *key,
+                                       size_t len) {
+  return throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+}
+
+/* Is the scope's probe still held?  Its holding slot is in the scope's own
+ * record; the dead-holder reclaim and the lease of gate.c free it. */
+static bool probe_out(struct throttle__rec *s, uint64_t now) {
+  if (s->probe_ticket == 0)
+    return false;
+  throttle__reap_locked(s, now);
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+        s->slot[i].ticket == s->probe_ticket)
+      return true;
+  __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+  return false;
+}
+
+int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
+                                uint64_t now, uint64_t *next) {
+  int verdict = THROTTLE__SCOPE_OPEN;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL)
+      continue;
+    if (s->flags & THROTTLE__REC_PAUSED)
+      return THROTTLE__SCOPE_HELD;
+    uint64_t nb = throttle__clamp_nb_locked(h, s, now);
+    if (nb > now) {
+      *next = nb;
+      return THROTTLE__SCOPE_HELD;
+    }
+    if (s->flags & THROTTLE__REC_EPISODE) {
+      if (probe_out(s, now))
+        return THROTTLE__SCOPE_HELD;
+      verdict = THROTTLE__SCOPE_PROBE;
+    }
+  }
+  return verdict;
+}
+
+/* A holding slot in scope s standing for the admission held on a key
+ * beneath (its probe, or its place in s's pool), with the holder's
+ * identity, so s's lease and dead-holder reclaim judge it as the key's
+ * would.  NULL when s has no free slot. */
+static struct throttle__slot *place(struct throttle__rec *s,
+                                    const struct throttle__slot *held) {
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    struct throttle__slot *q = &s->slot[i];
+    if (q->state != THROTTLE__SLOT_FREE)
+      continue;
+    q->since_ns = held->since_ns; /* the times first, the state last */
+    q->since_mono_ns = held->since_mono_ns;
+    q->pid = held->pid;
+    q->start = held->start;
+    q->pidns = held->pidns;
+    q->lease_ms = held->lease_ms;
+    q->ticket = held->ticket;
+    q->cls = held->cls;
+    q->probe = 0;
+    q->concurrent = 1;
+    q->state = THROTTLE__SLOT_HOLDING;
+    return q;
+  }
+  return NULL;
+}
+
+/* A scope with a cap or a rate bounds the sum of the keys beneath it. */
+static bool is_pool(const struct throttle__rec *s) {
+  return s->fixed_cap != 0 || s->rate_n != 0;
+}
+
+void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
+                                 const struct throttle__slot *held,
+                                 bool probe) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL)
+      continue;
+    bool probes = probe && (s->flags & THROTTLE__REC_EPISODE) &&
+                  s->probe_ticket == 0;
+    if (!probes && !is_pool(s))
+      continue;
+    throttle__rate_take(s, held->since_ns); /* the pool's budget */
+    if (!probes && s->fixed_cap == 0)
+      continue; /* a rate alone holds no place */
+    /* One place per scope: a pool's place is also its probe's.  A scope
+     * with no free slot is neither probed nor counted (fail open rather
+     * than hold its keys forever; pool_allows() saw a free one). */
+    struct throttle__slot *q = place(s, held);
+    if (q == NULL || !probes)
+      continue;
+    q->probe = 1;
+    __atomic_store_n(&s->probe_ticket, held->ticket, __ATOMIC_RELEASE);
+    throttle__scope_touch(h);
+    if (s->probes < UINT64_MAX)
+      s->probes++;
+  }
+}
+
+/* ---- a new key's learned cap ------------------------------------------ */
+
+/* A key new to a scope starts from what its siblings learned: the learned
+ * state of the key beneath the same scope whose cap a refusal set last, so
+ * a new table of a workspace does not explore from 1 what the others
+ * found.  From then on it learns alone (a table's lock is the table's).
+ * Rejected: the siblings' largest cap (one parallel table would send a
+ * serialised one into refusals); seeding at every admission (a key that
+ * has learned must not be overwritten by a sibling). */
+void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
+                                 uint64_t now) {
+  const char *slash = memrchr(r->key, '/', r->key_len);
+  if (slash == NULL || slash == r->key)
+    return;
+  size_t plen = (size_t)(slash - r->key);
+  const struct throttle__rec *best = NULL;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *o = &h->recs[i];
+    if (o != r && o->auto_learned_ns != 0 && below(o, r->key, plen) &&
+        (best == NULL || o->auto_learned_ns > best->auto_learned_ns))
+      best = o;
+  }
+  if (best == NULL)
+    return;
+  r->auto_cap = best->auto_cap;
+  r->auto_good = best->auto_good;
+  r->auto_fail_cap = best->auto_fail_cap;
+  r->auto_ra_ms = best->auto_ra_ms;
+  r->auto_learned_ns = now; /* its own work at the cap counts from now */
+  throttle__learn_bound_locked(r, now); /* shared memory is input */
+}
+
+/* ---- pools ------------------------------------------------------------- */
+
+/* Could r admit a waiter of class cls now, by its own gate?  (A waiter of a
+ * key that could not go is not "eligible": it must not hold up the pool.) */
+static bool could_go(throttle_t *h, struct throttle__rec *r, int cls,
+                     uint64_t now) {
+  if ((r->flags & THROTTLE__REC_PAUSED) ||
+      throttle__clamp_nb_locked(h, r, now) > now ||
+      ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0))
+    return false;
+  uint32_t cap = throttle__cap_of(r);
+  if (throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) >= cap)
+    return false;
+  return cls == THROTTLE_CLASS_LIVE ||
+         throttle__count_slots(r, THROTTLE__SLOT_HOLDING, cls) <
+             throttle__backfill_cap(r, cap);
+}
+
+/* A waiter of another key beneath s that goes before w: live before
+ * backfill, then the older ticket, among those whose key could go. */
+static bool someone_ahead(throttle_t *h, struct throttle__rec *s,
+                          const struct throttle__rec *own,
+                          const struct throttle__slot *w, uint64_t now) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r == own || !below(r, s->key, s->key_len))
+      continue;
+    bool checked = false, can = false;
+    for (uint32_t j = 0; j < THROTTLE__SLOTS; j++) {
+      const struct throttle__slot *o = &r->slot[j];
+      if (o->state != THROTTLE__SLOT_WAITING ||
+          !(o->cls < w->cls || (o->cls == w->cls && o->ticket < w->ticket)))
+        continue;
+      if (!checked) {
+        checked = true;
+        can = could_go(h, r, o->cls, now);
+      }
+      if (can)
+        return true;
+    }
+  }
+  return false;
+}
+
+bool throttle__scope_pool_allows_locked(throttle_t *h,
+                                        const struct throttle__rec *r,
+                                        const struct throttle__slot *w,
+                                        uint64_t now, uint64_t *next) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s == NULL || !is_pool(s))
+      continue;
+    throttle__reap_locked(s, now); /* places of dead holders */
+    throttle__bound_rate(h, s, now);
+    uint64_t ready;
+    if (!throttle__rate_allows(s, now, &ready)) {
+      if (ready < *next)
+        *next = ready;
+      return false;
+    }
+    uint32_t cap = throttle__cap_of(s);
+    if (s->fixed_cap != 0 &&
+        (throttle__count_slots(s, THROTTLE__SLOT_HOLDING, -1) >= cap ||
+         throttle__count_slots(s, THROTTLE__SLOT_FREE, -1) == 0 ||
+         (w->cls == THROTTLE_CLASS_BACKFILL &&
+          throttle__count_slots(s, THROTTLE__SLOT_HOLDING,
+                                THROTTLE_CLASS_BACKFILL) >=
+              throttle__backfill_cap(s, cap))))
+      return false;
+    if (someone_ahead(h, s, r, w, now))
+      return false;
+  }
+  return true;
+}
+
+void throttle__scope_report_locked(throttle_t *h, const char *key,
+                                   size_t len, uint64_t ticket,
+                                   throttle_outcome_t outcome) {
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
+    struct throttle__rec *s = scope_rec(h, key, p);
+    if (s == NULL || ticket == 0)
+      continue;
+    bool freed = false;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+      if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+          s->slot[i].ticket == ticket) {
+        s->slot[i].state = THROTTLE__SLOT_FREE;
+        s->slot[i].ticket = 0;
+        s->slot[i].probe = 0;
+        s->slot[i].pid = 0;
+        atomic_fetch_add_explicit(&s->slot[i].word, 1, memory_order_release);
+        freed = true;
+      }
+    bool probe = s->probe_ticket == ticket;
+    if (probe) {
+      __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+      if (outcome == THROTTLE_OUTCOME_OK)
+        throttle__rec_flags(s, THROTTLE__REC_EPISODE, false);
+    }
+    if (!probe && !freed)
+      continue;
+    /* the probe's answer, or a pool place handed on: the keys beneath look
+     * again, and the oldest eligible waiter of any of them takes it */
+    throttle__wake_rec(s);
+    throttle__scope_below_locked(h, s, false);
+  }
+}
+
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel) {
+  size_t len = s->key_len;
+  if (len == 0 || len > THROTTLE__KEY_MAX)
+    return;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    struct throttle__rec *r = &h->recs[i];
+    if (r == s || !below(r, s->key, len))
+      continue;
+    if (cancel)
+      throttle__cancel_locked(r);
+    throttle__wake_rec(r);
+  }
+}
+
+uint32_t throttle__publish_len(const throttle_t *h, const char *key,
+                               size_t len, throttle_outcome_t outcome) {
+  int level;
+  unsigned o = (unsigned)outcome;
+  if (o < 4 && (h->publish_set & (1u << o)))
+    level = h->publish_level[o];
+  else
+    level = outcome == THROTTLE_OUTCOME_LOCKED ? THROTTLE_LEVEL_KEY
+                                               : THROTTLE_LEVEL_ROOT;
+  if (level == THROTTLE_LEVEL_KEY)
+    return (uint32_t)len;
+  /* level n: the prefix of n components; a key with fewer scopes than
+   * that publishes on itself, and ROOT on a key without scopes is the key */
+  int n = 0;
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++)
+    if (level == THROTTLE_LEVEL_ROOT || ++n == level)
+      return (uint32_t)p;
+  return (uint32_t)len;
+}
+
+void throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                    size_t len, throttle_outcome_t outcome,
+                                    uint64_t delay_ns, uint64_t now) {
+  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+  struct throttle__rec *s;
+  if (plen < len &&
+      throttle__insert_locked(h, key, plen, throttle__hash(h->seed, key, plen),
+                              now, &s) == 0)
+    throttle__publish_locked(h, s, now, delay_ns);
+}
+
+THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
+                                               throttle_outcome_t outcome,
+                                               int level) {
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  if (outcome != THROTTLE_OUTCOME_LOCKED &&
+      outcome != THROTTLE_OUTCOME_RATE_LIMITED &&
+      outcome != THROTTLE_OUTCOME_UNAVAILABLE)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "only LOCKED, RATE_LIMITED and UNAVAILABLE publish");
+  if (level < THROTTLE_LEVEL_ROOT || level > (int)THROTTLE__KEY_MAX)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "publish level %d: KEY (0), ROOT (-1) or 1..%u",
+                          level, THROTTLE__KEY_MAX);
+  h->publish_level[outcome] = (int16_t)level;
+  h->publish_set |= (uint8_t)(1u << outcome);
+  throttle__clear_msg(h);
+  return 0;
+}

@@ -1,0 +1,541 @@
+/*
+ * test_scope.c — keys as paths (scope.c): a scope's not-before, pause,
+ * cancel and clear reach every key beneath it; one probe goes for a whole
+ * scope; 429 and 503 are published on the root scope, LOCKED on the key,
+ * as the handle's publish levels say.  Real processes (fork), no timing
+ * assertions beyond "not before the published time" and orders.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NS_PER_MS UINT64_C(1000000)
+#define HANG_GUARD_MS 15000
+#define NTABLES 4
+
+static struct th_fx *fx_of(void **state) { return *state; }
+
+static const char *const tables[NTABLES] = {"ws1/orders", "ws1/items",
+                                            "ws1/users", "ws1/events"};
+
+/* What the children of one test share (an anonymous shared mapping). */
+#define MAXKIDS 16
+struct board {
+  _Atomic uint64_t admit_ns[MAXKIDS];
+  _Atomic uint64_t leave_ns[MAXKIDS];
+  _Atomic int rc[MAXKIDS];
+  _Atomic int order[MAXKIDS]; /* admission rank */
+  _Atomic int admitted;
+  _Atomic int in_flight, max_in_flight;
+  uint64_t hold_ms;
+  throttle_outcome_t probe_outcome; /* the first admission's answer */
+  int die_first;                     /* the first admission is killed */
+};
+
+static struct board *board_new(void) {
+  struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(b != MAP_FAILED);
+  memset(b, 0, sizeof *b);
+  for (int i = 0; i < MAXKIDS; i++)
+    b->rc[i] = -1000;
+  return b;
+}
+
+struct kid {
+  struct th_fx *fx;
+  struct board *b;
+  int i;                /* its place in the board; table i % NTABLES */
+  throttle_class_t cls; /* LIVE unless set */
+};
+
+/* Enter table i, note the time, hold, leave (the first admitted of all
+ * with the board's probe outcome, or dying without a leave). */
+static int child_enters(void *p) {
+  struct kid *k = p;
+  throttle_close(k->fx->h);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(k->fx->cfg, &h) == 0);
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, tables[k->i % NTABLES], k->cls, HANG_GUARD_MS,
+                          &t);
+  k->b->rc[k->i] = rc;
+  if (rc != 0) {
+    throttle_close(h);
+    return 0;
+  }
+  k->b->admit_ns[k->i] = th_now_ns();
+  int rank = atomic_fetch_add(&k->b->admitted, 1), first = rank == 0;
+  k->b->order[k->i] = rank;
+  int n = atomic_fetch_add(&k->b->in_flight, 1) + 1;
+  for (int m = atomic_load(&k->b->max_in_flight);
+       n > m && !atomic_compare_exchange_weak(&k->b->max_in_flight, &m, n);)
+    ;
+  if (first && k->b->die_first)
+    raise(SIGKILL); /* the scope's probe dies holding its place */
+  th_sleep_ms((unsigned)k->b->hold_ms);
+  k->b->leave_ns[k->i] = th_now_ns();
+  atomic_fetch_sub(&k->b->in_flight, 1);
+  TH_CHILD_CHECK(throttle_leave(h, t,
+                                first ? k->b->probe_outcome
+                                      : THROTTLE_OUTCOME_OK,
+                                1000) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+static int child_waits(void *p) {
+  struct kid *k = p;
+  throttle_close(k->fx->h);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(k->fx->cfg, &h) == 0);
+  k->b->rc[k->i] = throttle_wait(h, tables[k->i], THROTTLE_FOREVER);
+  k->b->admit_ns[k->i] = th_now_ns();
+  throttle_close(h);
+  return 0;
+}
+
+static void spawn_all(struct th_fx *fx, struct board *b, struct kid *k,
+                      int (*fn)(void *), pid_t *pid) {
+  for (int i = 0; i < NTABLES; i++) {
+    k[i] = (struct kid){fx, b, i, THROTTLE_CLASS_LIVE};
+    pid[i] = th_spawn(fx, fn, &k[i]);
+  }
+}
+
+static void reap_all(struct th_fx *fx, pid_t *pid) {
+  for (int i = 0; i < NTABLES; i++)
+    th_reap_ok(fx, pid[i], HANG_GUARD_MS + 5000);
+}
+
+/* ---- not-before on a scope ------------------------------------------- */
+
+/* 300 ms on "ws1", then one child per table runs fn: every one returns
+ * 0, none before the scope's not-before. */
+static void backoff_round(void **state, int (*fn)(void *)) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  uint64_t t0 = th_now_ns();
+  assert_int_equal(throttle_backoff(h, "ws1", 300), 0);
+  assert_true(th_remaining(h, "ws1/orders") > 0); /* the scope's, read */
+  assert_int_equal(th_remaining(h, "ws2/orders"), 0); /* another scope */
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, fn, pid);
+  reap_all(fx, pid);
+  for (int i = 0; i < NTABLES; i++) {
+    assert_int_equal(b->rc[i], 0);
+    assert_true(b->admit_ns[i] >= t0 + 300 * NS_PER_MS);
+  }
+  munmap(b, sizeof *b);
+}
+
+static void test_scope_backoff_holds_waits_beneath(void **state) {
+  backoff_round(state, child_waits);
+  /* a key of another scope, and one named like a longer scope, are open */
+  assert_int_equal(throttle_backoff(fx_of(state)->h, "ws1", 60000), 0);
+  assert_int_equal(throttle_wait(fx_of(state)->h, "ws10/orders", 0), 0);
+  assert_int_equal(throttle_wait(fx_of(state)->h, "ws1/orders", 0),
+                   THROTTLE_ETIMEDOUT);
+}
+
+static void test_scope_backoff_holds_admissions_beneath(void **state) {
+  backoff_round(state, child_enters);
+}
+
+/* ---- one probe for the scope ------------------------------------------ */
+
+static int first_admitted(const struct board *b) {
+  int f = 0;
+  for (int i = 1; i < NTABLES; i++)
+    if (b->admit_ns[i] < b->admit_ns[f])
+      f = i;
+  return f;
+}
+
+/* A back-off of backoff_ms on "ws1", then one child per table enters; the
+ * first admitted answers with o after holding hold_ms.  *first = its table. */
+static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
+                                 uint64_t hold_ms, throttle_outcome_t o,
+                                 int *first) {
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->hold_ms = hold_ms;
+  b->probe_outcome = o;
+  assert_int_equal(throttle_backoff(h, "ws1", backoff_ms), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  reap_all(fx, pid);
+  *first = first_admitted(b);
+  return b;
+}
+
+static void test_scope_one_probe_for_the_scope(void **state) {
+  int f;
+  struct board *b =
+      probe_round(fx_of(state), 300, 200, THROTTLE_OUTCOME_OK, &f);
+  for (int i = 0; i < NTABLES; i++) {
+    assert_int_equal(b->rc[i], 0);
+    if (i != f) /* nobody beneath went before the probe's answer */
+      assert_true(b->admit_ns[i] >= b->leave_ns[f]);
+  }
+  munmap(b, sizeof *b);
+}
+
+static void test_scope_probe_refused_again_holds_the_scope(void **state) {
+  int f; /* the probe's 429 publishes 1000 ms on "ws1" again */
+  struct board *b =
+      probe_round(fx_of(state), 200, 50, THROTTLE_OUTCOME_RATE_LIMITED, &f);
+  for (int i = 0; i < NTABLES; i++)
+    if (i != f) {
+      assert_int_equal(b->rc[i], 0);
+      assert_true(b->admit_ns[i] >= b->leave_ns[f] + 1000 * NS_PER_MS);
+    }
+  assert_int_equal(th_field(fx_of(state)->h, "ws1", THROTTLE_FIELD_PUBLISHES),
+                   2);
+  munmap(b, sizeof *b);
+}
+
+static void test_scope_dead_probe_is_reclaimed(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->die_first = 1;
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_backoff(h, "ws1", 100), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  int f = -1;
+  for (int i = 0; i < NTABLES; i++) {
+    int st = th_reap(fx, pid[i], HANG_GUARD_MS + 5000);
+    if (WIFSIGNALED(st))
+      f = i;
+    else
+      assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  assert_true(f >= 0);
+  for (int i = 0; i < NTABLES; i++)
+    if (i != f)
+      assert_int_equal(b->rc[i], 0); /* admitted: the place was reclaimed */
+  munmap(b, sizeof *b);
+}
+
+/* ---- pause, resume, cancel, clear on a scope -------------------------- */
+
+static void wait_all_sleeping(const pid_t *pid) {
+  for (int i = 0; i < NTABLES; i++)
+    th_wait_sleeping(pid[i], 5000);
+}
+
+static void test_scope_pause_holds_every_key_until_resume(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  wait_all_sleeping(pid);
+  th_sleep_ms(300);
+  assert_int_equal(atomic_load(&b->admitted), 0);
+  uint64_t t_resume = th_now_ns();
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  reap_all(fx, pid);
+  for (int i = 0; i < NTABLES; i++) {
+    assert_int_equal(b->rc[i], 0);
+    assert_true(b->admit_ns[i] >= t_resume);
+  }
+  munmap(b, sizeof *b);
+}
+
+static void test_scope_cancel_reaches_every_key(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  wait_all_sleeping(pid);
+  for (int i = 0; i < NTABLES; i++) /* every child is queued on its key */
+    th_wait_field(h, tables[i], THROTTLE_FIELD_WAITING_LIVE, 1, 5000);
+  assert_int_equal(throttle_cancel(h, "ws1"), 0);
+  reap_all(fx, pid);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(b->rc[i], THROTTLE_ECANCELED);
+  assert_int_equal(atomic_load(&b->admitted), 0);
+  munmap(b, sizeof *b);
+}
+
+static void test_scope_clear_wakes_keys_beneath(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  assert_int_equal(throttle_backoff(h, "ws1", 30000), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_waits, pid);
+  wait_all_sleeping(pid);
+  uint64_t m0 = th_mono_ms();
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  reap_all(fx, pid);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(b->rc[i], 0);
+  assert_true(th_mono_ms() - m0 < 10000); /* not the 30 s */
+  munmap(b, sizeof *b);
+}
+
+/* ---- where a signal is published ------------------------------------- */
+
+static void leave_with(throttle_t *h, const char *key, throttle_outcome_t o) {
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, o, TH_LONG_MS), 0);
+}
+
+static void test_scope_signals_go_where_meant_by_default(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  leave_with(h, "ws1/orders", THROTTLE_OUTCOME_LOCKED); /* the table's */
+  assert_true(th_remaining(h, "ws1/orders") > 0);
+  assert_int_equal(th_remaining(h, "ws1/items"), 0);
+  assert_int_equal(th_remaining(h, "ws1"), 0);
+  leave_with(h, "ws2/a/b", THROTTLE_OUTCOME_RATE_LIMITED); /* the root's */
+  assert_true(th_remaining(h, "ws2") > 0);
+  assert_true(th_remaining(h, "ws2/x") > 0);
+  assert_int_equal(th_field(h, "ws2/a/b", THROTTLE_FIELD_PUBLISHES), 0);
+  leave_with(h, "ws3/t", THROTTLE_OUTCOME_UNAVAILABLE);
+  assert_true(th_remaining(h, "ws3/other") > 0);
+  leave_with(h, "plain", THROTTLE_OUTCOME_RATE_LIMITED); /* no scope */
+  assert_true(th_remaining(h, "plain") > 0);
+}
+
+static void test_scope_publish_level_is_configurable(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_RATE_LIMITED,
+                                              THROTTLE_LEVEL_KEY),
+                   0);
+  leave_with(h, "ws1/orders", THROTTLE_OUTCOME_RATE_LIMITED);
+  assert_true(th_remaining(h, "ws1/orders") > 0);
+  assert_int_equal(th_remaining(h, "ws1/items"), 0);
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_LOCKED, 2),
+                   0);
+  leave_with(h, "a/b/c/d", THROTTLE_OUTCOME_LOCKED);
+  assert_true(th_remaining(h, "a/b") > 0);
+  assert_int_equal(th_remaining(h, "a"), 0);
+  assert_true(th_remaining(h, "a/b/other") > 0);
+  leave_with(h, "x/y", THROTTLE_OUTCOME_LOCKED); /* fewer levels: the key */
+  assert_true(th_remaining(h, "x/y") > 0);
+  assert_int_equal(th_remaining(h, "x"), 0);
+  assert_int_equal(
+      throttle_set_publish_level(h, THROTTLE_OUTCOME_OK, THROTTLE_LEVEL_KEY),
+      THROTTLE_EINVAL);
+  assert_int_equal(
+      throttle_set_publish_level(h, THROTTLE_OUTCOME_LOCKED, -2),
+      THROTTLE_EINVAL);
+  assert_int_equal(throttle_set_publish_level(NULL, THROTTLE_OUTCOME_LOCKED,
+                                              THROTTLE_LEVEL_KEY),
+                   THROTTLE_EINVAL);
+}
+
+/* ---- the open-key path's memory of open scopes ------------------------ */
+
+static int child_backs_off(void *p) {
+  struct th_fx *fx = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(throttle_backoff(h, "ws1", TH_LONG_MS) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_scope_open_path_sees_later_scope_backoff(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  char key[32] = "ws1/orders";
+  const char *named[] = {key, "ws1"}; /* both exist: no insert below */
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(throttle_backoff(h, named[i], 1), 0);
+    assert_int_equal(throttle_clear(h, named[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) /* seen open, remembered */
+    assert_int_equal(throttle_wait(h, key, 0), 0);
+  th_reap_ok(fx, th_spawn(fx, child_backs_off, fx), HANG_GUARD_MS);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+  /* the same buffer, now another key of the same length: its scope is
+   * looked at, not what was remembered for the buffer */
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  assert_int_equal(throttle_backoff(h, "ws2/orders", 1), 0);
+  assert_int_equal(throttle_clear(h, "ws2/orders"), 0);
+  assert_int_equal(throttle_wait(h, key, 0), 0);
+  memcpy(key, "ws2/orders", 11);
+  assert_int_equal(throttle_wait(h, key, 0), 0);
+  assert_int_equal(throttle_backoff(h, "ws2", TH_LONG_MS), 0);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+  assert_int_equal(throttle_pause(h, "ws3"), 0);
+  memcpy(key, "ws3/orders", 11); /* never named: looked at in full */
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+}
+
+/* ---- pools ------------------------------------------------------------ */
+
+/* A pool of 3 on "ws1" over 4 tables that each admit 8: 16 processes never
+ * hold more than 3 admissions at once in all. */
+static void test_scope_pool_caps_the_sum(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->hold_ms = 60;
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 3), 0);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(throttle_set_max_parallel(h, tables[i], 8), 0);
+  struct kid k[MAXKIDS];
+  pid_t pid[MAXKIDS];
+  for (int i = 0; i < MAXKIDS; i++) {
+    k[i] = (struct kid){fx, b, i, THROTTLE_CLASS_LIVE};
+    pid[i] = th_spawn(fx, child_enters, &k[i]);
+  }
+  for (int i = 0; i < MAXKIDS; i++)
+    th_reap_ok(fx, pid[i], HANG_GUARD_MS + 5000);
+  for (int i = 0; i < MAXKIDS; i++)
+    assert_int_equal(b->rc[i], 0);
+  printf("pool of 3 over 4 tables, 16 processes: at most %d at once\n",
+         atomic_load(&b->max_in_flight));
+  assert_true(atomic_load(&b->max_in_flight) <= 3);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+  munmap(b, sizeof *b);
+}
+
+/* A pool of 1, paused: 4 backfill callers arrive (tables 0..3), then 4
+ * live ones (tables 3..0).  On resume the live go first, each class in
+ * arrival order, across tables. */
+static void test_scope_pool_fifo_across_tables_live_first(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->hold_ms = 20;
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  for (int i = 0; i < NTABLES; i++)
+    assert_int_equal(throttle_set_max_parallel(h, tables[i], 8), 0);
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  struct kid k[8];
+  pid_t pid[8];
+  for (int i = 0; i < 8; i++) {
+    int tbl = i < 4 ? i : 7 - i;
+    throttle_class_t cls =
+        i < 4 ? THROTTLE_CLASS_BACKFILL : THROTTLE_CLASS_LIVE;
+    k[i] = (struct kid){fx, b, tbl + (i < 4 ? 0 : NTABLES), cls};
+    pid[i] = th_spawn(fx, child_enters, &k[i]);
+    th_wait_field(h, tables[tbl],
+                  cls == THROTTLE_CLASS_LIVE ? THROTTLE_FIELD_WAITING_LIVE
+                                             : THROTTLE_FIELD_WAITING_BACKFILL,
+                  1, 5000); /* registered: its arrival is fixed */
+  }
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  for (int i = 0; i < 8; i++)
+    th_reap_ok(fx, pid[i], HANG_GUARD_MS + 5000);
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(b->rc[k[i].i], 0);
+    int want = i < 4 ? 4 + i : i - 4; /* live first, each by arrival */
+    assert_int_equal(b->order[k[i].i], want);
+  }
+  assert_true(atomic_load(&b->max_in_flight) <= 1);
+  munmap(b, sizeof *b);
+}
+
+/* A rate on "ws1" is a budget for every table beneath: 2 per second with
+ * a burst of 2, over 4 tables, admits the third no sooner than 500 ms
+ * after the first (less what the first took to note its time). */
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_scope_pool_rate_is_a_budget(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  b->probe_outcome = THROTTLE_OUTCOME_OK;
+  assert_int_equal(throttle_set_rate(h, "ws1", 2, 1000), 0);
+  struct kid k[NTABLES];
+  pid_t pid[NTABLES];
+  spawn_all(fx, b, k, child_enters, pid);
+  reap_all(fx, pid);
+  uint64_t at[NTABLES];
+  for (int i = 0; i < NTABLES; i++) {
+    assert_int_equal(b->rc[i], 0);
+    at[i] = b->admit_ns[i];
+  }
+  qsort(at, NTABLES, sizeof at[0], cmp_u64);
+  assert_true(at[2] >= at[0] + 400 * NS_PER_MS);
+  assert_true(at[3] >= at[0] + 900 * NS_PER_MS);
+  munmap(b, sizeof *b);
+}
+
+/* A table new to a workspace starts from the cap its siblings learned;
+ * a table of another workspace does not. */
+static void test_scope_new_key_starts_from_siblings(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_backoff(h, "ws1/a", 1), 0);
+  assert_int_equal(throttle_backoff(h, "ws1/b", 1), 0);
+  int64_t cold = th_field(h, "ws1/a", THROTTLE_FIELD_CAP);
+  struct throttle__rec *ra = th_rec(h, "ws1/a"), *rb = th_rec(h, "ws1/b");
+  ra->auto_cap = 3; /* as a refusal with 3 in flight teaches it */
+  ra->auto_learned_ns = th_now_ns();
+  rb->auto_cap = 2; /* learned before a's */
+  rb->auto_learned_ns = ra->auto_learned_ns - 1000;
+  assert_int_equal(throttle_backoff(h, "ws1/new", 1), 0);
+  assert_int_equal(th_field(h, "ws1/new", THROTTLE_FIELD_CAP), 3);
+  assert_int_equal(throttle_backoff(h, "ws2/new", 1), 0);
+  assert_int_equal(th_field(h, "ws2/new", THROTTLE_FIELD_CAP), cold);
+  ra->auto_cap = 5; /* a key that exists keeps its own */
+  assert_int_equal(throttle_backoff(h, "ws1/new", 1), 0);
+  assert_int_equal(th_field(h, "ws1/new", THROTTLE_FIELD_CAP), 3);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_scope_backoff_holds_waits_beneath),
+      T(test_scope_backoff_holds_admissions_beneath),
+      T(test_scope_one_probe_for_the_scope),
+      T(test_scope_probe_refused_again_holds_the_scope),
+      T(test_scope_dead_probe_is_reclaimed),
+      T(test_scope_pause_holds_every_key_until_resume),
+      T(test_scope_cancel_reaches_every_key),
+      T(test_scope_clear_wakes_keys_beneath),
+      T(test_scope_signals_go_where_meant_by_default),
+      T(test_scope_publish_level_is_configurable),
+      T(test_scope_open_path_sees_later_scope_backoff),
+      T(test_scope_pool_caps_the_sum),
+      T(test_scope_pool_fifo_across_tables_live_first),
+      T(test_scope_pool_rate_is_a_budget),
+      T(test_scope_new_key_starts_from_siblings),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
