@@ -82,6 +82,8 @@ int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
                      throttle_outcome_t outcome, uint64_t retry_after_ms,
                      uint64_t timeout_ms);
 int throttle_set_max_parallel(throttle_t *h, const char *key, uint32_t n);
+int throttle_set_publish_level(throttle_t *h, throttle_outcome_t outcome,
+                               int level);
 int throttle_set_max_parallel_auto(throttle_t *h, const char *key,
                                    uint32_t max);
 int throttle_set_rate(throttle_t *h, const char *key, uint32_t n,

@@ -108,28 +108,61 @@ def _signal_checker(owner_ref):
             result = 1
 
 
+_LEVELS = {"key": 0, "root": -1}
+
+
+def _publish_levels(publish):
+    """[(outcome, level)] from Throttle(publish={kind: level})."""
+    if publish is None:
+        return []
+    if not isinstance(publish, dict):
+        raise TypeError("publish must be a dict, not %s"
+                        % type(publish).__name__)
+    out = []
+    for kind, level in publish.items():
+        if kind not in ("locked", "rate_limited", "unavailable"):
+            raise _invalid("publish: %r is not locked, rate_limited or "
+                           "unavailable" % (kind,))
+        if isinstance(level, str) and level in _LEVELS:
+            n = _LEVELS[level]
+        elif isinstance(level, int) and not isinstance(level, bool) \
+                and 1 <= level <= 255:
+            n = level
+        else:
+            raise _invalid("publish: level %r for %s is not \"key\", "
+                           "\"root\" or 1 to 255" % (level, kind))
+        out.append((OUTCOMES[kind], n))
+    return out
+
+
 class Throttle:
     """A handle on a libthrottle segment (throttle_open).
 
     Throttle(segment=None, max_delay=None, *, keys=None, lock_timeout=None,
              lease=None, group_shared=False, no_fallback=False,
-             no_create=False)
+             no_create=False, publish=None)
 
     Unset settings come from the environment (THROTTLE_SEGMENT, ...) and
     then the library's defaults; times are in seconds.  When the segment
     cannot be used, the Throttle still works on process-private memory
     (fail open): .shared is False, .open_error says why, and a
     FallbackWarning is issued; no_fallback=True raises instead.  Use it as a
-    context manager, or call close().  One Throttle may be shared by
+    context manager, or call close().  publish says where a reported
+    back-off goes, per kind: {"locked": "key", "rate_limited": "root",
+    "unavailable": "root"} is the default (a table's lock is the table's,
+    a 429 or 503 the workspace's); a level is "key", "root" or N (the key's
+    first N parts).  One Throttle may be shared by
     threads, and by processes forked after it was made."""
 
     def __init__(self, segment=None, max_delay=None, *, keys=None,
                  lock_timeout=None, lease=None, group_shared=False,
-                 no_fallback=False, no_create=False):
+                 no_fallback=False, no_create=False, publish=None):
+        self._publish = _publish_levels(publish)  # checks every value
         self._settings = dict(segment=segment, max_delay=max_delay, keys=keys,
                               lock_timeout=lock_timeout, lease=lease,
                               group_shared=group_shared,
-                              no_fallback=no_fallback, no_create=no_create)
+                              no_fallback=no_fallback, no_create=no_create,
+                              publish=publish)
         self._closed = False
         self._lock = threading.Lock()
         self._busy = 0
@@ -137,7 +170,8 @@ class Throttle:
         self._main = None
         self._pending = None
         self._h = None
-        self._cfg = self._config(**self._settings)  # checks every value
+        self._cfg = self._config(**{k: v for k, v in self._settings.items()
+                                    if k != "publish"})  # checks each value
         try:
             self._h, rc, msg = self._open(interruptible=False)
         except BaseException:
@@ -220,6 +254,12 @@ class Throttle:
         if not out.value:
             raise error(rc, _text(_core.throttle_errmsg(None)))
         msg = _text(_core.throttle_errmsg(out)) if rc != 0 else ""
+        for outcome, level in self._publish:
+            prc = _core.throttle_set_publish_level(out, outcome, level)
+            if prc != 0:
+                _core.throttle_close(out)
+                raise error(prc, "publish level %d for outcome %d"
+                            % (level, outcome))
         return _Handle(out.value, check, gen), rc, msg
 
     def close(self):

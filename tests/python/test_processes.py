@@ -96,7 +96,8 @@ def test_spawn_child_reopens_the_segment(t, segment):
     p.join(120)
     assert p.exitcode == 0
     assert t.remaining(KEY) > 25  # published by the child, seen here
-    assert t.info(KEY)["last_publisher_pid"] == p.pid
+    # a 429 is the workspace's: published on the key's root scope
+    assert t.info(KEY.split("/")[0])["last_publisher_pid"] == p.pid
 
 
 def test_admission_cannot_be_pickled(t):

@@ -137,7 +137,35 @@ def test_request_429_is_published_and_honoured(t, mock):
     assert status == 200 and time.monotonic() - start >= 0.99
     st = mock.stats()
     assert (st["rate_limited"], st["early"], st["loads_ok"]) == (1, 0, 1)
-    assert t.info(KEY)["publishes"] == 1
+    # a 429 is the workspace's: published on the key's root scope
+    assert t.info(KEY.split("/")[0])["publishes"] == 1
+    assert t.info(KEY)["publishes"] == 0
+
+
+def test_request_429_published_on_the_key_when_asked(segment, mock):
+    with libthrottle.Throttle(publish={"rate_limited": "key"}) as t:
+        mock.admin("fail", {"status": 429, "count": 1, "retry_after": 1})
+        status, _, _ = libthrottle.request(KEY, mock.load_url(), data=b"x",
+                                           throttle=t)
+        assert status == 200
+        assert t.info(KEY)["publishes"] == 1
+        try:
+            root = t.info("hotdata:127.0.0.1")["publishes"]
+        except libthrottle.Error:
+            root = 0  # no record for the scope at all
+        assert root == 0
+
+
+@pytest.mark.parametrize("bad", [{"teapot": "key"}, {"locked": "nowhere"},
+                                 {"locked": 0}, {"locked": True}])
+def test_throttle_publish_levels_checked(segment, bad):
+    with pytest.raises(libthrottle.Error):
+        libthrottle.Throttle(publish=bad)
+
+
+def test_throttle_publish_must_be_a_dict(segment):
+    with pytest.raises(TypeError):
+        libthrottle.Throttle(publish=["locked"])
 
 
 def test_request_gives_up_at_the_timeout(t, mock):
