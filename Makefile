@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # libthrottle — build, test, install.
 #
 #   make                 libthrottle(-curl).a/.so.1, throttlectl, examples (in build/)

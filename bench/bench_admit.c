@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_admit.c — the cost of an uncontended admission: throttle_enter() +
  * throttle_leave(THROTTLE_OUTCOME_OK) on an open key that no other process

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_backoff.c — the cost of the back-off calls, as ratios to one
  * clock_gettime(CLOCK_MONOTONIC) measured in the same run.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_fleet.c — a fleet of loader processes writing into one table of a
  * stand-in server, with five retry strategies side by side, and the

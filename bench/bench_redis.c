@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_redis.c — what an admission costs on the Redis backend, measured
  * against one PING to the same throw-away redis-server in the same run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_util.h — what the benchmarks share: the monotonic clock in ns, the
  * median of a sample, the cost of one clock_gettime() (the baseline every

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # http_fleet.sh — fleets of real `throttlectl http` processes loading one
 # table of the mock API (tests/mock_server.py), as a user would run them,
 # each row printed as a ratio to the ideal makespan MEASURED IN THE SAME RUN.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # backfill.sh — load every file under a directory into one table, N at a
 # time, as backfill work that yields to live loaders of the same table.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """dlt_destination.py — a dlt custom destination that writes batches into
 tables of the Hotdata API through libthrottle.
 

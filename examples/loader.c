@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * loader.c — load files into one table of the Hotdata API, politely.
  *

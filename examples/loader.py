@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """loader.py — load a directory of files into one table of the Hotdata
 API with a pool of processes, politely: the Python twin of loader.c.
 

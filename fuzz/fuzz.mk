@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # fuzz/fuzz.mk — libFuzzer targets; included by the top-level Makefile.
 #
 #   make fuzz            build every target and run each for FUZZ_SECONDS

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_check.h — the invariant check every harness uses: on failure, say
  * which invariant and why, then abort so libFuzzer keeps the input.

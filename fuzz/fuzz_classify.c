@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_classify.c — throttle_classify() on arbitrary answers.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_mutex.c — the segment mutex with arbitrary bytes (I8).
  *

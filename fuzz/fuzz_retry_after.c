@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_retry_after.c — throttle_parse_retry_after() on arbitrary bytes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_segment.c — attach to a segment whose bytes are arbitrary (I8:
  * shared memory is input; a buggy or hostile same-user writer must never

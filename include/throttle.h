@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * throttle.h — share "come back later" between the processes of one host.
  *

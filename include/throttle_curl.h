@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * throttle_curl.h — libthrottle's HTTP layer: Retry-After parsing, answer
  * classification, and a libcurl perform loop that is admitted by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backend.c — choosing and loading a backend other than the segment: the
  * THROTTLE_BACKEND switch, dlopen() of the module, and the wrappers the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backend.h — the seam between the core and a backend other than the
  * host's shared-memory segment (today: Redis, libthrottle-redis.so.1).

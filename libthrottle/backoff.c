@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backoff.c — the per-key not-before: publish, peek, wait, clear, and the
  * snapshots that throttlectl prints.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * clock.c — the one clock every process on the host shares, futex waits on
  * words in shared memory, and a cheap per-thread random source for jitter.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * error.c — the error table (generated from THROTTLE_ERRNO_MAP), the
  * per-thread "last error" message with context, and the version calls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fault.c — fault injection for the tests (test builds only; a release
  * build compiles this file to nothing).

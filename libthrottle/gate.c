@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gate.c — admission: a key's record as a gate.  One probe per lock
  * episode, a FIFO concurrency cap (fixed or learned), live before backfill,

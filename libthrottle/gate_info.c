@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gate_info.c — what the gate shows of a key: the admission fields of a
  * snapshot (in flight, cap, waiters, probe, settings, counters) and its

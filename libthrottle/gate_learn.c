@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gate_learn.c — the learned ("auto") cap of a key: how many admissions
  * at once the server takes, learned from the outcomes reported on leave.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gate_live.c — is a holder alive?  The evidence the gate uses to reclaim
  * the slot of a dead holder: /proc/PID/stat (state and start time), kill(),

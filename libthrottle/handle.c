@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * handle.c — configuration objects, the environment, and the handle's life:
  * open (with the fail-open fallback to private memory), close, unlink.

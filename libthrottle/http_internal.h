@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_internal.h — what the http layer's files share (prefix throttle__):
  * the policy's layout and the parsing helpers the perform loop reuses.

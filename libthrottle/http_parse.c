@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_parse.c — reading what a server said: Retry-After (delta-seconds and
  * the three HTTP-date forms), the error.code of a JSON error body, and the

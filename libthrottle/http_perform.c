@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_perform.c — throttle_curl_perform(): admit, send, classify, report,
  * retry; and the result object it hands back.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_policy.c — the throttle_curl_policy_t object: its defaults, its
  * setters, and the logging sink that writes to a FILE *.

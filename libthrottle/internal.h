@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internal.h — the shared-memory layout and the functions the library's
  * files share (prefix throttle__).  Nothing here is installed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis.h — libthrottle-redis.so.1: the contracts across hosts on Redis,
  * loaded by the core through backend.h when THROTTLE_BACKEND names

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_conn.c — the Redis backend's connections: the URL, a small pool of
  * hiredis connections with connect and command timeouts, EVALSHA with the

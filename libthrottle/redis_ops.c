@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_ops.c — the Redis backend's operations (backend.h's table): each is
  * one script call (libthrottle/redis/) plus, for the calls that wait, bounded

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rng.h — xorshift64*, the cheap random source behind jitter, reseeded
  * after fork().  Shared as an inline function because the http layer is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scope.c — keys as paths.  A key's scopes are its prefixes at '/': for
  * "hotdata:ws1/orders" the scope "hotdata:ws1".  A scope is an ordinary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * segment.c — the shared-memory object: create or attach, race-free
  * initialisation, header validation, the robust mutex and its repair.

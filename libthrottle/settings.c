@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * settings.c — per-key settings an operator or a program makes, kept in the
  * segment so every process obeys them: the cap, the rate, the backfill

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * table.c — the fixed-capacity keyed hash of per-key records: lookups with
  * and without the mutex, insertion, LRU eviction of idle keys, and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """sitedir.py PREFIX — where `make install` puts the libthrottle package
 for the interpreter running this: the first of its package directories
 that lies in PREFIX/lib (Debian's python3 with PREFIX=/usr/local:

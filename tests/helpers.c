@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * helpers.c — the shared test fixture (see helpers.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * helpers.h — what every test file shares: a per-test fixture with its own
  * segment name, child processes that are always reaped, clocks, and access

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # mock_lib.sh — sourced by shell tests and benchmarks that need the mock
 # API: start tests/mock_server.py on a free port and wait until it listens.
 #

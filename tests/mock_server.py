@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """mock_server.py — a stand-in for the Hotdata HTTP API, for tests and demos.
 
 It admits a fixed number of writes at once per table (one by default: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_helpers.c — see redis_helpers.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_helpers.h — a throw-away redis-server for one test: started on a
  * unix socket in a fresh temporary directory (--port 0: no TCP at all,

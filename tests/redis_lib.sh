@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # redis_lib.sh — sourced by the shell tests that need Redis: a throw-away
 # redis-server on a unix socket in a temporary directory (never a TCP
 # port, never 6379), stopped by its pid.

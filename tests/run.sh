@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Run each test binary in its own process (optionally under $RUN, e.g.
 # valgrind) and summarise.  Each test uses its own segment names.
 set -u

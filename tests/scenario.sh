@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # scenario.sh — shell functions the scenario tests share: a scratch
 # directory and segment removed at exit, tests/scenario_server.py started
 # on a free port ($U, requests logged to $tmp/requests.log), and checks.

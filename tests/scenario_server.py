@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """scenario_server.py — an HTTP server that answers the awkward way on
 request, for the tests of the http layer and of `throttlectl http`.
 

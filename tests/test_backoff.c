@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_backoff.c — the back-off API: publish, peek, wait, clear, reset,
  * counters, argument checking, errors, versions and configuration.

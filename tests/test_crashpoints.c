@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_crashpoints.c — kill -9 at every named crash point, then measure
  * that the next caller gets through within a second and finds the table

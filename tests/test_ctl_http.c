@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ctl_http.c — `throttlectl http` against the mock API
  * (tests/mock_server.py): real processes only.  Each test starts its own

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_ctl_http_edges.sh — `throttlectl http` at the edges a script or an
 # operator meets, against tests/scenario_server.py: server text never
 # reaches the terminal raw (C0, C1, -v and errors); header names are whole

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_ctl_run_edges.sh — `throttlectl run` with real processes and real
 # signals: a FIFO for the Retry-After file does not hang it; CMD leads a
 # process group of its own, and a process-group SIGTERM or timeout(1)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_e2e_http.sh — end to end with real processes: `throttlectl http`
 # against the mock Hotdata server.
 #   - eight processes loading one table finish every file, none early, at

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_examples.sh — the programs in examples/ do their job against the
 # mock Hotdata server: eight examples/loader processes load every file of
 # one table with no early request and few refusals, the loader's exit

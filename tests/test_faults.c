@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_faults.c — every allocation and system call the library checks,
  * failed on purpose, one at a time (I6, I7).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_gate.c — admission with real processes: caps and FIFO order, dead
  * holders, one probe per lock episode, the learned cap, classes, rate,

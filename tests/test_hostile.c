@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_hostile.c — I8, shared memory is input: a same-user process writes
  * garbage into a live segment while other processes use it.

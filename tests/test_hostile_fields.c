@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_hostile_fields.c — I8 for time: every time-like field of the
  * segment, damaged one at a time, delays its key by at most the segment's

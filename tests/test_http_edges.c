@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_http_edges.c — throttle_curl_perform() against the awkward answers
  * of tests/scenario_server.py: an answer cut short after its headers, a

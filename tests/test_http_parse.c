@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_http_parse.c — Retry-After parsing, answer classification and the
  * policy setters of the http layer.  Deterministic: every date is read

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_http_perform.c — throttle_curl_perform() against real HTTP: each
  * test starts its own mock Hotdata server (tests/mock_server.py, on a free

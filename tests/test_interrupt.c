@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_interrupt.c — throttle_config_set_interrupt(): every wait of the
  * library asks the caller's check at the promised period and on a signal,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_learn.c — the learned cap's rules (gate_learn.c), one at a time, on
  * a record in memory: outcomes are fed to throttle__learn_locked() with

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_mock_server.sh — the mock Hotdata server keeps its own contract:
 # per-table write lock with 409 RESOURCE_LOCKED + Retry-After, CONFLICT on
 # a second create, injected 429/503, external holds, the "early" counter,

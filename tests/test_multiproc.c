@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_multiproc.c — real processes sharing one segment: visibility across
  * fork and exec, crashes at every named point (I6), racing creators, and

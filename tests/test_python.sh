@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_python.sh — the Python package: its pytest suite (tests/python) run
 # by Debian's /usr/bin/python3 (which sees python3-pytest and
 # python3-requests), then an import-and-use test with whatever python3 is

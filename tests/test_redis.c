@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_redis.c — the contracts across hosts on the Redis backend, with
  * real processes and a throw-away redis-server per test (redis_helpers.h).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_redis_fleet.sh — fleets of `throttlectl http` processes on two
 # "hosts" (each group with its own segment) that share only a throw-away
 # Redis, against the mock Hotdata server:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_scope.c — keys as paths (scope.c): a scope's not-before, pause,
  * cancel and clear reach every key beneath it; one probe goes for a whole

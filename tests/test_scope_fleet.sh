@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_scope_fleet.sh — scopes with real processes: 16 `throttlectl http`
 # processes load 32 files into 4 tables of one workspace of the mock API
 # (tests/mock_server.py) while the workspace answers 429 OVERLOADED

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_segment.c — creating and attaching the shared segment, and refusing
  * the ones that cannot be trusted (I7 fail open, I8 shared memory is input).

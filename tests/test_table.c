@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_table.c — the keyed table: capacity, LRU eviction of idle keys,
  * EFULL when nothing is idle, key identity (lengths, prefixes, bytes),

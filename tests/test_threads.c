@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_threads.c — threads of one process sharing one handle: back-off,
  * peek, wait, clear and snapshots on a few hot keys, with insert/evict

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_throttlectl.c — throttlectl as scripts use it: run the real binary
  * ($B/throttlectl, B defaulting to "build") in child processes and check

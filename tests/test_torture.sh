@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The kill -9 torture at the size CI affords (about a second each): 200
 # workers killed at random, and at named crash points, while the others
 # work; then a tiny table (2 records, one of them kept by a fixed-cap key)

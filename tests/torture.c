@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * torture.c — kill -9 at random instants, thousands of times (I1, I5, I6).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl.h — what the files of throttlectl share.  throttlectl.c owns the
  * command and option tables, the argument parser, opening the segment, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl_check.c — checks of throttlectl's option values, run before the
  * segment is opened: each returns 0, or XIT_USAGE after saying what is

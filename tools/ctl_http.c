@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl_http.c — `http KEY [curl-like options] URL`: one HTTP request sent
  * through throttle_curl_perform(), so that it is admitted by KEY's gate,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl_keys.c — `ls` and `show`: snapshots of keys (every field the library
  * reports, and the holders of each key's admissions) printed as a table,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl_out.c — throttlectl's output helpers: messages on stderr, short human
  * durations and rates, keys made safe for a terminal, JSON strings, and

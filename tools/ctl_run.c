@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctl_run.c — `run KEY [opts] -- CMD [ARG...]`: wait for admission to KEY,
  * run CMD, report its outcome to the gate, and retry while it says the key

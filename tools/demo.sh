@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # demo.sh — `make demo`: the main job, on a local mock of the API, twice.
 #
 # Eight loader processes load 24 files into ONE table of a mock Hotdata

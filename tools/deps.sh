@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Check the build dependencies; on Debian install the missing ones when run
 # as root, otherwise print the exact command to run.
 set -u

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """naive_loader.py — a loader that backs off on its own, as loaders do today.
 
     python3 tools/naive_loader.py --strategy fixed|linear [--tries 6]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * throttlectl.c — the command-line tool over include/throttle.h: list and
  * show the keys of a segment, publish, wait for and clear back-offs, change

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """libthrottle — share "come back later" between the processes of a host.
 
 A Python binding (ctypes, standard library only) of the libthrottle C

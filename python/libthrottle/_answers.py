@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_answers.py — reading an HTTP answer with the C library's rules:
 classify() and parse_retry_after() (libthrottle-curl: throttle_classify,
 throttle_parse_retry_after), headers of any shape, and the Outcome that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_base.py — what every layer of the package shares: the loaded
 libraries (see _capi.py), the exceptions made from the C error table, the
 names of classes and outcomes, and the checks that turn Python arguments

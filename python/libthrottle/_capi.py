@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_capi.py — the C library as ctypes sees it: where the shared libraries
 are found, and every prototype the package calls, declared once, here.
 

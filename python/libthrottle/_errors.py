@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_errors.py — the exceptions: one Error subclass per THROTTLE_E* code,
 made from the C library's own table at import, and the two outcomes of
 request() that are not C errors (PermanentError, GaveUp).

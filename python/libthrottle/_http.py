@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_http.py — the admit / send / classify / retry loop, and request(), the
 loop around one urllib request.  The requests adapter (requests.py) runs
 the same loop around its own sender.

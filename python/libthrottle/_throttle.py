@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """_throttle.py — the Pythonic layer over the C API: Throttle (a handle),
 Admission (a context manager around throttle_enter/throttle_leave),
 Outcome, and the module functions classify() and parse_retry_after().

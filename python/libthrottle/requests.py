@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """libthrottle.requests — the admit / send / classify / retry loop for the
 `requests` package, as a transport adapter.
 

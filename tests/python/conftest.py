@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """conftest.py — the Python suite's harness: the package and the library
 under test, a fresh segment per test, one fixture per mock server, and
 one way to start worker processes (tests/python/worker.py).

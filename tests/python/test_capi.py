@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_capi.py — the prototypes in libthrottle/_capi.py are the headers'
 own, the library is found as documented, and import needs nothing but the
 standard library."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_errors.py — one exception class per C error code, made from the
 C table, carrying the code, its name and the handle's message."""
 

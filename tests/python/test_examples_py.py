@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_examples_py.py — examples/loader.py (a process pool loading a
 directory) and examples/dlt_destination.py (without dlt installed: the
 write functions and the exceptions dlt retries on) against the mock

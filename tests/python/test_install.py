@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_install.py — `make install` installs the package so that the
 interpreter imports it from any directory with no environment, and the
 package finds the installed libraries by itself; uninstall-python removes

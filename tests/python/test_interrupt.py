@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_interrupt.py — Ctrl-C (SIGINT) reaches a process blocked in the
 library: wait() on a 60 s back-off and admit() in a queue end with
 KeyboardInterrupt at once, and a queue place or slot is given back (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_processes.py — a Throttle across processes: fork children (the
 multiprocessing "fork" start method) using their parent's handle, a
 Throttle passed to a "spawn" child, and Python and C processes

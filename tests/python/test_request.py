@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_request.py — libthrottle.request() and classification against the
 mock Hotdata server, in this process and in fleets of real processes:
 none early, few refused, a CONFLICT sent once, an external hold costing

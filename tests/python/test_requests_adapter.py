@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_requests_adapter.py — libthrottle.requests against the mock
 server.  Needs Debian's python3-requests; skipped, saying so, without."""
 

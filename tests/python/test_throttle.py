@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_throttle.py — Throttle and Admission, one process: every method,
 every argument check, every error path (wrong types, bad keys, a closed
 handle, an invalid or unusable segment).  No wall-clock assertions

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """worker.py — one process of a multi-process test, driven by its
 arguments; it reports on standard output, one line per event, with
 time.monotonic() stamps (CLOCK_MONOTONIC is the same in every process).
