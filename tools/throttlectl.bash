@@ -16,7 +16,7 @@ _throttlectl_keys() {
 _throttlectl() {
   local cur prev words cword
   _init_completion || return
-  local commands="ls show backoff wait clear reset set pause resume cancel run http rm watch metrics segments"
+  local commands="ls show backoff wait clear reset max-delay set pause resume cancel run http rm watch metrics segments"
   local cmd="" seg="" i
   for ((i = 1; i < cword; i++)); do
     case ${words[i]} in

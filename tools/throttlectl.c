@@ -114,6 +114,8 @@ static int cmd_pause(struct ctx *c);
 static int cmd_resume(struct ctx *c);
 static int cmd_cancel(struct ctx *c);
 static int cmd_rm(struct ctx *c);
+static int check_max_delay(struct ctx *c);
+static int cmd_max_delay(struct ctx *c);
 
 static const struct command commands[] = {
     {.name = "ls",
@@ -164,6 +166,14 @@ static const struct command commands[] = {
      .summary = "drop every key's back-off and wake every waiter",
      .open = OPEN_ATTACH,
      .run = cmd_reset},
+    {.name = "max-delay",
+     .args = "[SEC]",
+     .summary = "the longest back-off the segment stores for anyone: show "
+                "it, or set it to SEC",
+     .max_args = 1,
+     .open = OPEN_CREATE,
+     .check = check_max_delay,
+     .run = cmd_max_delay},
     {.name = "set",
      .args = "KEY",
      .summary = "change KEY's cap, rate or backfill share",
@@ -716,6 +726,32 @@ static int cmd_clear(struct ctx *c) {
 static int cmd_reset(struct ctx *c) {
   int rc = throttle_reset(c->h);
   return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
+}
+
+/* max-delay SEC: 1 ms to 7 days, as the library takes it. */
+static int check_max_delay(struct ctx *c) {
+  if (c->nargs == 0)
+    return 0;
+  if (ctl_parse_seconds(c->args[0], &c->ms) != 0 || c->ms == 0 ||
+      c->ms > UINT64_C(7) * 86400000u)
+    return ctl_usage_error(c->cmd, "%s: give seconds, more than 0 and at "
+                                   "most 604800 (7 days)",
+                           c->args[0]);
+  return 0;
+}
+
+/* The segment's maximum delay, in seconds (a process's own
+ * THROTTLE_MAX_DELAY_MS bounds only what that process honours). */
+static int cmd_max_delay(struct ctx *c) {
+  int rc = c->nargs == 0 ? 0 : throttle_set_segment_max_delay(c->h, c->ms);
+  uint64_t ms = 0;
+  if (rc == 0)
+    rc = throttle_segment_max_delay(c->h, &ms);
+  if (rc != 0)
+    return ctl_lib_fail(c, rc);
+  printf("%llu.%03llu\n", (unsigned long long)(ms / 1000),
+         (unsigned long long)(ms % 1000));
+  return XIT_OK;
 }
 
 static int check_set(struct ctx *c) {
