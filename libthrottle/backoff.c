@@ -418,7 +418,11 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_clear(h, key));
+  if (h->be != NULL) { /* as THROTTLE__BE_TRY, with h known non-NULL */
+    int brc = throttle__be_clear(h, key);
+    if (brc != THROTTLE__BE_DOWN)
+      return brc;
+  }
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
     return rc;

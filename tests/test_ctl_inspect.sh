@@ -133,10 +133,15 @@ check "watch shows only the keys named" "hot" \
 "$T" backoff far 99999999999999999999 2>"$tmp/err"
 check "backoff beyond the maximum exits 0" 0 $?
 check_true "backoff beyond the maximum warns" contains "$(cat "$tmp/err")" \
-  "out of range; the maximum delay, 15m00s, is used"
+  "out of range; the segment's maximum delay, 15m00s, is used"
+# A process's own maximum bounds only what it honours: no warning, 5 s kept.
 THROTTLE_MAX_DELAY_MS=2000 "$T" backoff near 5 2>"$tmp/err"
-check_true "the maximum follows THROTTLE_MAX_DELAY_MS" contains \
-  "$(cat "$tmp/err")" "the maximum delay, 2.0s, is used"
+check "a process's own maximum does not clamp what it stores" "" "$(cat "$tmp/err")"
+"$T" max-delay 2 >/dev/null
+"$T" backoff near 5 2>"$tmp/err"
+check_true "the maximum follows the segment's (max-delay)" contains \
+  "$(cat "$tmp/err")" "the segment's maximum delay, 2.0s, is used"
+"$T" max-delay 900 >/dev/null
 "$T" backoff fine 5 2>"$tmp/err"
 check "a delay within the maximum is not warned about" "" "$(cat "$tmp/err")"
 "$T" set fine --backfill-share 0.0004 2>"$tmp/err"

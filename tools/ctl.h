@@ -161,7 +161,7 @@ int ctl_check_retries(struct ctx *c, unsigned def);
 int ctl_check_rate(struct ctx *c);           /* --rate N/PERIOD | off */
 int ctl_check_backfill_share(struct ctx *c); /* --backfill-share F */
 /* backoff: warn when RETRY_AFTER (c->ms) exceeds the maximum delay. */
-void ctl_warn_max_delay(const struct ctx *c, const char *given);
+void ctl_warn_max_delay(const struct ctx *c, const char *given, uint64_t max);
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 

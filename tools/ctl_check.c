@@ -222,29 +222,16 @@ int ctl_check_backfill_share(struct ctx *c) {
 
 /* ---- values the library bounds ---------------------------------------- */
 
-/* The library clamps every delay to its maximum: $THROTTLE_MAX_DELAY_MS
- * when it is a valid value (1 ms to 7 days, as the library reads it), else
- * 15 min (include/throttle.h, throttle_config_set_max_delay).  Mirrored
- * here rather than asked for, so that the warning comes before the
- * segment is opened, with the other checks. */
-#define MAX_DELAY_DEFAULT_MS UINT64_C(900000)
-#define MAX_DELAY_LIMIT_MS (UINT64_C(7) * 86400000u)
-
-static uint64_t max_delay_ms(void) {
-  const char *v = getenv("THROTTLE_MAX_DELAY_MS");
-  uint64_t ms;
-  if (v != NULL && ctl_parse_uint(v, 1, MAX_DELAY_LIMIT_MS, &ms) == 0)
-    return ms;
-  return MAX_DELAY_DEFAULT_MS;
-}
-
-void ctl_warn_max_delay(const struct ctx *c, const char *given) {
-  uint64_t max = max_delay_ms();
+/* What is stored for everyone is bounded by the segment's maximum delay
+ * (throttle_segment_max_delay(), `throttlectl max-delay`), not by this
+ * process's own THROTTLE_MAX_DELAY_MS, so the warning is given once the
+ * segment is open, against the maximum read from it. */
+void ctl_warn_max_delay(const struct ctx *c, const char *given, uint64_t max) {
   if (c->ms <= max)
     return;
-  char used[96], human[32];
+  char used[112], human[32];
   snprintf(used, sizeof used,
-           "the maximum delay, %s, is used (THROTTLE_MAX_DELAY_MS)",
+           "the segment's maximum delay, %s, is used (throttlectl max-delay)",
            ctl_human_ms((int64_t)max, false, human, sizeof human));
   char what[64];
   snprintf(what, sizeof what, "%s: RETRY_AFTER", c->cmd->name);

@@ -702,11 +702,13 @@ static int check_backoff(struct ctx *c) {
                            "RETRY_AFTER must be a non-negative number of "
                            "seconds such as 5 or 1.5, not '%s'",
                            c->args[1]);
-  ctl_warn_max_delay(c, c->args[1]);
   return 0;
 }
 
 static int cmd_backoff(struct ctx *c) {
+  uint64_t max;
+  if (throttle_segment_max_delay(c->h, &max) == 0)
+    ctl_warn_max_delay(c, c->args[1], max);
   int rc = throttle_backoff(c->h, c->args[0], c->ms);
   return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
 }
