@@ -49,9 +49,18 @@
 
 #include <string.h>
 
+/* A record's key length, read once: it is shared memory (I8), and one a
+ * writer outside the library damaged reads as 0 (no key, no scopes), never
+ * as a length past the key buffer. */
+static size_t klen(const struct throttle__rec *r) {
+  size_t n = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  return n <= THROTTLE__KEY_MAX ? n : 0;
+}
+
 static bool below(const struct throttle__rec *r, const char *scope,
                   size_t len) {
-  return r->state == THROTTLE__REC_USED && r->key_len > len &&
+  return len <= THROTTLE__KEY_MAX && r->state == THROTTLE__REC_USED &&
+         klen(r) > len &&
          r->key[len] == '/' && memcmp(r->key, scope, len) == 0;
 }
 
@@ -78,7 +87,7 @@ static bool probe_out(struct throttle__rec *s, uint64_t now) {
 int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
                                 uint64_t now, uint64_t *next) {
   int verdict = THROTTLE__SCOPE_OPEN;
-  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
        p++) {
     struct throttle__rec *s = scope_rec(h, r->key, p);
     if (s == NULL)
@@ -133,7 +142,7 @@ static bool is_pool(const struct throttle__rec *s) {
 void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
                                  const struct throttle__slot *held,
                                  bool probe) {
-  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
        p++) {
     struct throttle__rec *s = scope_rec(h, r->key, p);
     if (s == NULL)
@@ -170,7 +179,7 @@ void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
  * has learned must not be overwritten by a sibling). */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now) {
-  const char *slash = memrchr(r->key, '/', r->key_len);
+  const char *slash = memrchr(r->key, '/', klen(r));
   if (slash == NULL || slash == r->key)
     return;
   size_t plen = (size_t)(slash - r->key);
@@ -216,7 +225,7 @@ static bool someone_ahead(throttle_t *h, struct throttle__rec *s,
                           const struct throttle__slot *w, uint64_t now) {
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r == own || !below(r, s->key, s->key_len))
+    if (r == own || !below(r, s->key, klen(s)))
       continue;
     bool checked = false, can = false;
     for (uint32_t j = 0; j < THROTTLE__SLOTS; j++) {
@@ -239,7 +248,7 @@ bool throttle__scope_pool_allows_locked(throttle_t *h,
                                         const struct throttle__rec *r,
                                         const struct throttle__slot *w,
                                         uint64_t now, uint64_t *next) {
-  for (size_t p = 0; (p = throttle__scope_next(r->key, r->key_len, p)) != 0;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
        p++) {
     struct throttle__rec *s = scope_rec(h, r->key, p);
     if (s == NULL || !is_pool(s))
@@ -302,8 +311,8 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
 
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel) {
-  size_t len = s->key_len;
-  if (len == 0 || len > THROTTLE__KEY_MAX)
+  size_t len = klen(s);
+  if (len == 0)
     return;
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
