@@ -211,9 +211,16 @@ static void check_info(const throttle_info_t *info) {
   CHECK(throttle_info_get(info, THROTTLE_FIELD_REMAINING_MS) <= MAX_DELAY_MS,
         "remaining %lld ms > max delay",
         (long long)throttle_info_get(info, THROTTLE_FIELD_REMAINING_MS));
-  for (int f = 0; f < THROTTLE_FIELD_COUNT_; f++)
-    CHECK(throttle_info_get(info, (throttle_field_t)f) >= 0,
-          "field %s negative", throttle_field_name((throttle_field_t)f));
+  for (int f = 0; f < THROTTLE_FIELD_COUNT_; f++) {
+    /* The learner's two "when" fields say "never" with -1 (throttle.h). */
+    int64_t lo = f == THROTTLE_FIELD_CAP_NEXT_RAISE_MS ||
+                         f == THROTTLE_FIELD_CAP_LEARNED_AGO_MS
+                     ? -1
+                     : 0;
+    CHECK(throttle_info_get(info, (throttle_field_t)f) >= lo,
+          "field %s below %lld", throttle_field_name((throttle_field_t)f),
+          (long long)lo);
+  }
   int64_t cap = throttle_info_get(info, THROTTLE_FIELD_CAP);
   CHECK(cap >= 1 && cap <= THROTTLE__SLOTS, "cap %lld", (long long)cap);
   int64_t inflight = throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT);
