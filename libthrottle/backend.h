@@ -95,7 +95,15 @@ struct throttle__be;
  * is down (then the segment does). */
 #define THROTTLE__BE_TRY(h, call)                                              \
   do {                                                                         \
-    if ((h) != NULL && (h)->be != NULL) {                                      \
+    if ((h) != NULL)                                                           \
+      THROTTLE__BE_TRY_NONNULL(h, call);                                       \
+  } while (0)
+/* The same step for an entry point that has already returned on a NULL h
+ * (and used it since): testing h again there reads, to cppcheck, as a
+ * NULL check after a dereference. */
+#define THROTTLE__BE_TRY_NONNULL(h, call)                                      \
+  do {                                                                         \
+    if ((h)->be != NULL) {                                                     \
       int brc_ = (call);                                                       \
       if (brc_ != THROTTLE__BE_DOWN)                                           \
         return brc_;                                                           \

@@ -418,11 +418,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  if (h->be != NULL) { /* as THROTTLE__BE_TRY, with h known non-NULL */
-    int brc = throttle__be_clear(h, key);
-    if (brc != THROTTLE__BE_DOWN)
-      return brc;
-  }
+  THROTTLE__BE_TRY_NONNULL(h, throttle__be_clear(h, key));
   uint64_t hash = throttle__hash(h->seed, key, len);
   if ((rc = throttle__lock(h)) != 0)
     return rc;
