@@ -100,6 +100,14 @@ throttle_t *th_open(struct th_fx *fx) {
   return fx->h;
 }
 
+throttle_t *th_hold_only_slot(struct th_fx *fx, const char *key,
+                              throttle_ticket_t **t) {
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, key, 1), 0);
+  assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, t), 0);
+  return h;
+}
+
 int th_open_rc(struct th_fx *fx, throttle_t **out) {
   return throttle_open(fx->cfg, out);
 }

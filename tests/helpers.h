@@ -44,6 +44,11 @@ const char *th_extra_name(struct th_fx *fx);
 /* Open fx->cfg into fx->h; fails the test unless it returns 0 and the
  * handle is shared. */
 throttle_t *th_open(struct th_fx *fx);
+/* th_open(), then key capped at 1 (throttle_set_max_parallel) and its
+ * only slot taken by this process (*t, for the caller to leave): the
+ * next caller of throttle_enter() queues.  Fails the test on an error. */
+throttle_t *th_hold_only_slot(struct th_fx *fx, const char *key,
+                              throttle_ticket_t **t);
 /* Open fx->cfg into a second handle the caller closes; returns the code. */
 int th_open_rc(struct th_fx *fx, throttle_t **out);
 

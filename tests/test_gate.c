@@ -138,20 +138,12 @@ static void test_gate_cap_never_exceeded(void **state) {
   assert_int_equal(field(h, THROTTLE_FIELD_ADMITTED), 80);
 }
 
-/* KEY with cap 1, its slot held by this process (*t). */
-static throttle_t *hold_only_slot(struct th_fx *fx, throttle_ticket_t **t) {
-  throttle_t *h = th_open(fx);
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, t), 0);
-  return h;
-}
-
 /* Arrivals 60 ms apart behind a held slot are admitted in arrival order. */
 static void test_gate_fifo_order(void **state) {
   struct th_fx *fx = *state;
   struct obs *o = obs_new();
   throttle_ticket_t *t;
-  throttle_t *h = hold_only_slot(fx, &t);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   struct worker w[6];
   pid_t pid[6];
   for (int i = 0; i < 6; i++) {
@@ -433,11 +425,9 @@ static void test_gate_operator_cap_wins_auto_max_bounds(void **state) {
 /* Live waiters are admitted before backfill waiters that came earlier. */
 static void test_gate_live_before_backfill(void **state) {
   struct th_fx *fx = *state;
-  throttle_t *h = th_open(fx);
   struct obs *o = obs_new();
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
   throttle_ticket_t *t;
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   struct worker w[4];
   pid_t pid[4];
   int cls[4] = {THROTTLE_CLASS_BACKFILL, THROTTLE_CLASS_BACKFILL,
@@ -646,11 +636,9 @@ static void test_gate_wake_changes_the_word(void **state) {
  * count at 0 (no wake, no system call). */
 static void test_gate_sleepers_counted_for_wakes(void **state) {
   struct th_fx *fx = *state;
-  throttle_t *h = th_open(fx);
   struct obs *o = obs_new();
   throttle_ticket_t *t;
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   struct worker w = {fx, o, 0, 1, 0, THROTTLE_CLASS_LIVE, 0, 0};
   pid_t pid = th_spawn(fx, worker_main, &w);
   th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_MS);
@@ -741,10 +729,8 @@ static int leave_in_child(void *arg) {
  * parent lives), and the parent's own copy is then stale. */
 static void test_gate_ticket_left_from_forked_child(void **state) {
   struct th_fx *fx = *state;
-  throttle_t *h = th_open(fx);
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
   throttle_ticket_t *t, *t2;
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   void *arg[2] = {h, t};
   th_reap_ok(fx, th_spawn(fx, leave_in_child, arg), HANG_MS);
   assert_int_equal(field(h, THROTTLE_FIELD_IN_FLIGHT), 0);
@@ -788,7 +774,7 @@ static void test_gate_requeue_keeps_fifo_place(void **state) {
   struct th_fx *fx = *state;
   struct obs *o = obs_new();
   throttle_ticket_t *t;
-  throttle_t *h = hold_only_slot(fx, &t);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   struct worker w[2];
   pid_t pid[2];
   for (int i = 0; i < 2; i++) {
@@ -823,7 +809,7 @@ static void test_gate_beyond_slots_in_arrival_order(void **state) {
   struct th_fx *fx = *state;
   struct obs *o = obs_new();
   throttle_ticket_t *t;
-  throttle_t *h = hold_only_slot(fx, &t);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   enum { IN_SLOTS = 31, N = 36 }; /* with the holder: 5 beyond the slots */
   struct worker w[N];
   pid_t pid[N];

@@ -121,11 +121,9 @@ static int late_enter(void *arg) {
  * process lives on.  Its check ran about every period while it waited. */
 static void test_interrupt_enter_gives_back_place(void **state) {
   struct th_fx *fx = *state;
-  throttle_t *h = th_open(fx);
   struct obs *o = obs_new();
-  assert_int_equal(throttle_set_max_parallel(h, KEY, 1), 0);
   throttle_ticket_t *t;
-  assert_int_equal(throttle_enter(h, KEY, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
   struct waiter w = {fx, o, PERIOD_MS, 1};
   pid_t wp = th_spawn(fx, waiter_main, &w);
   wait_field(h, THROTTLE_FIELD_WAITING_LIVE, 1);
