@@ -2,7 +2,7 @@
 # ctl_lib.sh — shell functions the throttlectl operator tests share
 # (sourced, never run): the build's throttlectl in $T, a scratch directory
 # in $tmp, a unique segment in $SEG (removed at exit), checks that count
-# failures, and the Python that has Debian's modules.
+# failures and the Python that has Debian's modules (tests/check_lib.sh).
 # Set before sourcing: nothing; after: T, tmp, SEG, PY, top, B.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,11 +12,7 @@ T="$B/throttlectl"
 tmp=$(mktemp -d)
 SEG="/tt-$(basename "$0" .sh)-$$"
 export THROTTLE_SEGMENT="$SEG"
-fails=0
-# The Debian packages' modules (python3-prometheus-client) live with the
-# system interpreter, which a version manager may shadow on PATH.
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+. "$top/tests/check_lib.sh"
 cleanup_hooks=""
 ctl_cleanup() {
   for h in $cleanup_hooks; do "$h"; done
@@ -26,10 +22,6 @@ ctl_cleanup() {
 trap ctl_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-check() { # name expected actual
-  if [ "$2" = "$3" ]; then echo "ok   $1"; else
-    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
-}
 check_true() { # name command...: the command succeeds
   name=$1; shift
   if "$@"; then echo "ok   $name"; else

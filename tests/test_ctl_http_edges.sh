@@ -8,14 +8,8 @@
 # FILE is kept when the answer is cut short, nothing temporary is left;
 # --compressed decodes like curl's.  Checks are on exit statuses, files,
 # bytes and the server's log, never on how fast anything ran.
-set -u
-top=$(cd "$(dirname "$0")/.." && pwd)
-B=${B:-build}
-case "$B" in /*) ;; *) B="$top/$B" ;; esac
-ctl="$B/throttlectl"
 name=ctl-http-edges
-command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 0; }
-. "$top/tests/scenario.sh"
+. "$(dirname "$0")/scenario.sh"
 
 # ---- what reaches the terminal ---------------------------------------------
 # error.code with ESC ] 0 ; (retitle) and ESC [ 2 J (clear), and a C1 CSI

@@ -4,20 +4,12 @@
 # delay, the most any publisher stores for everyone, shown and changed by
 # an operator; a process's own THROTTLE_MAX_DELAY_MS bounds only what that
 # process honours and never what it stores for the others.
-set -u
-B=${B:-build}
-ctl="$B/throttlectl"
-export THROTTLE_SEGMENT="/tt-maxdelay-$$"
+. "$(dirname "$0")/ctl_lib.sh"
+ctl=$T
 unset THROTTLE_MAX_DELAY_MS
-pass=0; fail=0
-check() { # name expected got
-  if [ "$2" = "$3" ]; then pass=$((pass + 1)); echo "ok   $1"
-  else fail=$((fail + 1)); echo "FAIL $1: expected [$2], got [$3]"; fi
-}
 left_ms() {
   "$ctl" show "$1" --json | tr ',{' '\n\n' | sed -n 's/^"remaining_ms"://p' | head -n 1
 }
-trap '"$ctl" rm >/dev/null 2>&1' EXIT
 
 check "the default: 15 min" "900.000" "$("$ctl" max-delay)"
 check "set to 2 s" "2.000" "$("$ctl" max-delay 2)"
@@ -39,5 +31,4 @@ check "a process's own 1 s maximum leaves the stored 60 s" yes \
 "$ctl" max-delay 604801 >/dev/null 2>&1; check "past 7 days: usage error" 64 $?
 check "unchanged by the refusals" "600.000" "$("$ctl" max-delay)"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -7,14 +7,8 @@
 # they do not outlive a kill -9 of run; --segment reaches CMD; a CMD that
 # exits 75 after a forwarded signal publishes nothing.  Hang guards only,
 # no timing assertions.
-set -u
-top=$(cd "$(dirname "$0")/.." && pwd)
-B=${B:-build}
-case "$B" in /*) ;; *) B="$top/$B" ;; esac
-ctl="$B/throttlectl"
 name=ctl-run-edges
-command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 0; }
-. "$top/tests/scenario.sh"
+. "$(dirname "$0")/scenario.sh"
 
 # ---- run --------------------------------------------------------------------
 guard "$ctl" run --retries 0 kf -- sh -c \

@@ -28,9 +28,11 @@ pids=""
 seg_name="tt-e2e-$$"
 bad_name="tt-e2e-bad-$$"
 export THROTTLE_SEGMENT="/$seg_name"
+. "$top/tests/check_lib.sh"
+. "$top/tests/mock_lib.sh"
 cleanup() {
   for p in $pids; do kill "$p" 2>/dev/null; done
-  [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  mock_stop
   "$ctl" rm >/dev/null 2>&1
   rm -f "/dev/shm/$seg_name" "/dev/shm/$bad_name"
   rm -rf "$tmp"
@@ -38,43 +40,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-fails=0
-check() { # name expected actual
-  if [ "$2" = "$3" ]; then echo "ok   $1"; else
-    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
-}
-check_le() { # name max actual
-  if [ "$3" -le "$2" ]; then echo "ok   $1 ($3 <= $2)"; else
-    echo "FAIL $1: $3 > $2"; fails=$((fails + 1)); fi
-}
 
-start() { # mock options...
-  rm -f "$tmp/port"
-  python3 "$top/tests/mock_server.py" --port 0 --port-file "$tmp/port" "$@" &
-  srv=$!
-  i=0
-  while [ ! -s "$tmp/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-  [ -s "$tmp/port" ] || { echo "FAIL the mock server did not start"; exit 1; }
-  U="http://127.0.0.1:$(cat "$tmp/port")"
-  KEY="hotdata:127.0.0.1/orders"
-}
-admin() { # what json
-  python3 -c 'import sys, urllib.request as u
-u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST"), timeout=10).read()' \
-    "$U/admin/$1" "$2"
-}
-stat() { # a /stats expression
-  python3 -c 'import json, sys, urllib.request as u
-d = json.load(u.urlopen(sys.argv[1], timeout=10))
-print(eval(sys.argv[2], {}, d))' "$U/stats" "$1"
-}
-
-mkdir "$tmp/files"
-n=1
-while [ $n -le 24 ]; do
-  printf 'row %d\n' $n >"$tmp/files/part-$(printf %02d $n)"
-  n=$((n + 1))
-done
+mock_rows "$tmp/files" 24
 
 # One worker: `throttlectl http` for each of its files in turn; exits
 # with the first failing status.
@@ -113,49 +80,51 @@ fleet() { # name n per
   pids=""
 }
 
-start --service-ms 20 --retry-after 1
+mock_start "$top/tests" "$tmp" --service-ms 20 --retry-after 1 ||
+  { echo "FAIL the mock server did not start"; exit 1; }
+KEY="hotdata:127.0.0.1/orders"
 
 # ---- eight processes, one table ------------------------------------------------
 fleet fleet 8 3
 check "8 x 3 loads: every process exits 0" 0 "$bad"
-check "8 x 3 loads: loads_ok" 24 "$(stat loads_ok)"
-check "8 x 3 loads: early" 0 "$(stat early)"
-check_le "8 x 3 loads: refused" 3 "$(stat refused)"
+check "8 x 3 loads: loads_ok" 24 "$(mock_stat loads_ok)"
+check "8 x 3 loads: early" 0 "$(mock_stat early)"
+check_le "8 x 3 loads: refused" 3 "$(mock_stat refused)"
 
 # ---- a CONFLICT is sent once ------------------------------------------------------
-admin reset '{}'
+mock_admin reset '{}'
 "$ctl" http "$KEY" -X POST -d '{"name": "orders"}' -o /dev/null "$U/v1/tables" \
   2>"$tmp/create.err"
 check "create: exit 0" 0 $?
 "$ctl" http "$KEY" -X POST -d '{"name": "orders"}' -o /dev/null "$U/v1/tables" \
   2>"$tmp/conflict.err"
 check "CONFLICT: exit 1" 1 $?
-check "CONFLICT: answered once" 1 "$(stat conflicts)"
-check "CONFLICT: sent once (2 requests in all)" 2 "$(stat requests)"
+check "CONFLICT: answered once" 1 "$(mock_stat conflicts)"
+check "CONFLICT: sent once (2 requests in all)" 2 "$(mock_stat requests)"
 check "CONFLICT: nothing published" "-" \
-  "$("$ctl" show "$KEY" --json | python3 -c 'import json, sys
+  "$("$ctl" show "$KEY" --json | "$PY" -c 'import json, sys
 d = json.load(sys.stdin); print("-" if d["remaining_ms"] == 0 else d["remaining_ms"])')"
 
 # ---- an external hold ----------------------------------------------------------------
 HOLD_MS=3000
-admin reset '{}'
-admin hold "{\"table\": \"orders\", \"ms\": $HOLD_MS}"
+mock_admin reset '{}'
+mock_admin hold "{\"table\": \"orders\", \"ms\": $HOLD_MS}"
 fleet hold 8 1
 check "hold: every process exits 0" 0 "$bad"
-check "hold: loads_ok" 8 "$(stat loads_ok)"
-check "hold: early" 0 "$(stat early)"
+check "hold: loads_ok" 8 "$(mock_stat loads_ok)"
+check "hold: early" 0 "$(mock_stat early)"
 # about one refusal per Retry-After (1 s) of the hold, not one per process
-check_le "hold: refused" $((HOLD_MS / 1000 + 3)) "$(stat refused)"
+check_le "hold: refused" $((HOLD_MS / 1000 + 3)) "$(mock_stat refused)"
 
 # ---- no usable segment: fail open ----------------------------------------------------
-admin reset '{}'
+mock_admin reset '{}'
 head -c 8192 /dev/zero | tr '\0' 'x' >"/dev/shm/$bad_name"
 chmod 0600 "/dev/shm/$bad_name"
 THROTTLE_SEGMENT="/$bad_name"
 export THROTTLE_SEGMENT
 fleet bad 4 1
 check "unusable segment: every process exits 0" 0 "$bad"
-check "unusable segment: loads_ok" 4 "$(stat loads_ok)"
+check "unusable segment: loads_ok" 4 "$(mock_stat loads_ok)"
 warned=0
 for w in 0 1 2 3; do
   grep "warning" "$tmp/bad.$w.err" 2>/dev/null | grep -q "$bad_name" &&

@@ -15,8 +15,10 @@ loader="$B/examples/loader"
 tmp=$(mktemp -d)
 srv=""
 export THROTTLE_SEGMENT="/tt-examples-$$"
+. "$top/tests/check_lib.sh"
+. "$top/tests/mock_lib.sh"
 cleanup() {
-  [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  mock_stop
   "$B/throttlectl" rm >/dev/null 2>&1
   rm -f "/dev/shm/tt-examples-$$" "/dev/shm/tt-examples-bad-$$"
   rm -rf "$tmp"
@@ -24,52 +26,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-fails=0
-check() { # name expected actual
-  if [ "$2" = "$3" ]; then echo "ok   $1"; else
-    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
-}
-check_le() { # name max actual
-  if [ "$3" -le "$2" ]; then echo "ok   $1 ($3 <= $2)"; else
-    echo "FAIL $1: $3 > $2"; fails=$((fails + 1)); fi
-}
 
 [ -x "$loader" ] || { echo "FAIL $loader is missing (make examples)"; exit 1; }
 
-start() { # mock options...
-  rm -f "$tmp/port"
-  python3 "$top/tests/mock_server.py" --port 0 --port-file "$tmp/port" "$@" &
-  srv=$!
-  i=0
-  while [ ! -s "$tmp/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-  [ -s "$tmp/port" ] || { echo "FAIL the mock server did not start"; exit 1; }
-  U="http://127.0.0.1:$(cat "$tmp/port")"
-}
-admin() { # what json
-  python3 -c 'import sys, urllib.request as u
-u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST"), timeout=10).read()' \
-    "$U/admin/$1" "$2"
-}
-# A /stats expression, e.g. stat early, stat 'tables["t"]["refused"]'.
-stat() {
-  python3 -c 'import json, sys, urllib.request as u
-d = json.load(u.urlopen(sys.argv[1], timeout=10))
-print(eval(sys.argv[2], {}, d))' "$U/stats" "$1"
-}
-
-mkdir "$tmp/files"
-n=1
-while [ $n -le 24 ]; do
-  printf 'row %d\n' $n >"$tmp/files/part-$(printf %02d $n)"
-  n=$((n + 1))
-done
+mock_rows "$tmp/files" 24
 files_of() { # worker index 0..7: its three files
   echo "$tmp/files/part-$(printf %02d $(($1 * 3 + 1)))" \
        "$tmp/files/part-$(printf %02d $(($1 * 3 + 2)))" \
        "$tmp/files/part-$(printf %02d $(($1 * 3 + 3)))"
 }
 
-start --service-ms 20 --retry-after 1
+mock_start "$top/tests" "$tmp" --service-ms 20 --retry-after 1 ||
+  { echo "FAIL the mock server did not start"; exit 1; }
 
 # ---- eight loaders, one table -------------------------------------------------
 pids=""
@@ -82,15 +50,15 @@ bad=0
 for p in $pids; do wait "$p" || bad=$((bad + 1)); done
 check "8 loaders: every process exits 0" 0 "$bad"
 check "8 loaders: 24 lines 'ok'" 24 "$(cat "$tmp"/loader.? | grep -c ': ok (HTTP 200')"
-check "8 loaders: loads_ok" 24 "$(stat loads_ok)"
-check "8 loaders: early" 0 "$(stat early)"
-check_le "8 loaders: refused" 3 "$(stat refused)"
+check "8 loaders: loads_ok" 24 "$(mock_stat loads_ok)"
+check "8 loaders: early" 0 "$(mock_stat early)"
+check_le "8 loaders: refused" 3 "$(mock_stat refused)"
 check "8 loaders: one key in the segment" "hotdata:127.0.0.1/orders" \
-  "$("$B/throttlectl" ls --json | python3 -c 'import json, sys
+  "$("$B/throttlectl" ls --json | "$PY" -c 'import json, sys
 print(" ".join(k["key"] for k in json.load(sys.stdin)["keys"]))')"
 
 # ---- exit codes ---------------------------------------------------------------------
-admin reset '{}'
+mock_admin reset '{}'
 "$loader" "$U" orders "$tmp/nonexistent" >"$tmp/out" 2>&1
 check "unreadable file: exit 1" 1 $?
 check "unreadable file: says so" 1 "$(grep -c 'nonexistent: cannot read' "$tmp/out")"
@@ -99,29 +67,29 @@ check "unreadable file: says so" 1 "$(grep -c 'nonexistent: cannot read' "$tmp/o
 check "404 is permanent: exit 1" 1 $?
 check "404 is permanent: line" 1 "$(grep -c 'permanent (HTTP 404 NOT_FOUND' "$tmp/out")"
 
-admin reset '{}'
-admin hold '{"table": "held", "ms": 60000}'
+mock_admin reset '{}'
+mock_admin hold '{"table": "held", "ms": 60000}'
 "$loader" --timeout 2 "$U" held "$tmp/files/part-01" >"$tmp/out" 2>&1
 check "held past the timeout: exit 75" 75 $?
 check "held past the timeout: line" 1 "$(grep -c 'gave up (HTTP 409 RESOURCE_LOCKED' "$tmp/out")"
-check "held past the timeout: early" 0 "$(stat early)"
+check "held past the timeout: early" 0 "$(mock_stat early)"
 
 # ---- fail open: a segment that is not one ------------------------------------------
-admin reset '{}'
+mock_admin reset '{}'
 bad_seg="/dev/shm/tt-examples-bad-$$"
 head -c 8192 /dev/zero | tr '\0' 'x' >"$bad_seg"
 chmod 0600 "$bad_seg"
 THROTTLE_SEGMENT="/tt-examples-bad-$$" "$loader" "$U" orders "$tmp/files/part-01" \
   >"$tmp/out" 2>"$tmp/err"
 check "unusable segment: exit 0" 0 $?
-check "unusable segment: loaded" 1 "$(stat loads_ok)"
+check "unusable segment: loaded" 1 "$(mock_stat loads_ok)"
 check "unusable segment: warning on stderr" 1 "$(grep -c 'warning' "$tmp/err")"
 
 # ---- backfill.sh through `throttlectl http` -----------------------------------------
 if ! "$B/throttlectl" http --help >/dev/null 2>&1; then
   echo "SKIP backfill.sh: this build's throttlectl has no 'http' command"
 else
-  admin reset '{}'
+  mock_admin reset '{}'
   THROTTLECTL="$B/throttlectl" sh "$top/examples/backfill.sh" "$U" orders \
     "$tmp/files" >"$tmp/backfill.out" 2>&1
   rc=$?
@@ -129,9 +97,9 @@ else
   [ $rc -eq 0 ] || cat "$tmp/backfill.out"
   check "backfill: 24 lines 'ok'" 24 "$(grep -c ': ok$' "$tmp/backfill.out")"
   check "backfill: summary" 1 "$(grep -c '^backfill: 24 of 24 files loaded, 0 failed, 0 to retry later$' "$tmp/backfill.out")"
-  check "backfill: loads_ok" 24 "$(stat loads_ok)"
-  check "backfill: early" 0 "$(stat early)"
-  check_le "backfill: refused" 3 "$(stat refused)"
+  check "backfill: loads_ok" 24 "$(mock_stat loads_ok)"
+  check "backfill: early" 0 "$(mock_stat early)"
+  check_le "backfill: refused" 3 "$(mock_stat refused)"
 fi
 
 [ "$fails" -eq 0 ] && echo "examples: all checks passed"

@@ -13,26 +13,19 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 srv=""
-trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-check() { # name expected actual
-  if [ "$2" = "$3" ]; then echo "ok   $1"; else
-    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
-}
-
+. "$here/check_lib.sh"
 . "$here/mock_lib.sh"
+trap 'mock_stop; rm -rf "$tmp"' EXIT
 start() { # mock options...
   mock_start "$here" "$tmp" "$@" || { echo "FAIL the server did not start"; exit 1; }
 }
 post() { curl -s -o "$tmp/body" -D "$tmp/head" -w '%{http_code}' -X POST "$U$1" ${2:+-d "$2"}; }
 header() { tr -d '\r' <"$tmp/head" | sed -n "s/^$1: //Ip"; }
-code() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["code"])' "$tmp/body"; }
-# The value of a Python expression over the /stats object's members.
-stat() { curl -s "$U/stats" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], d))' "$1"; }
+code() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["code"])' "$tmp/body"; }
 # Poll /stats (every 20 ms, at most 10 s) until the expression is true.
 until_true() {
   i=0
-  while [ "$(stat "bool($1)")" != True ]; do
+  while [ "$(mock_stat "bool($1)")" != True ]; do
     i=$((i + 1)); [ $i -gt 500 ] && { echo "FAIL waiting for $1"; exit 1; }
     sleep 0.02
   done
@@ -58,11 +51,11 @@ wait $bg
 # only if locked; the lock is free, so it loads).
 check "early load" 200 "$(post /v1/tables/orders/load abcd)"
 check "early load: body" '{"loaded": 4, "table": "orders"}' "$(cat "$tmp/body")"
-check "early counted" 1 "$(stat early)"
-check "refused counted" 1 "$(stat refused)"
-check "loads_ok counted" 2 "$(stat loads_ok)"
+check "early counted" 1 "$(mock_stat early)"
+check "refused counted" 1 "$(mock_stat refused)"
+check "loads_ok counted" 2 "$(mock_stat loads_ok)"
 check "other table not early" 200 "$(post /v1/tables/other/load x)"
-check "early unchanged" 1 "$(stat early)"
+check "early unchanged" 1 "$(mock_stat early)"
 
 check "inject 429" 200 "$(post /admin/fail '{"status":429,"count":2}')"
 check "429 #1" 429 "$(post /v1/tables/a/load x)"
@@ -76,7 +69,7 @@ check "503" 503 "$(post /v1/tables/d/load x)"
 check "503: SERVICE_UNAVAILABLE" SERVICE_UNAVAILABLE "$(code)"
 check "503: no Retry-After" "" "$(header Retry-After)"
 check "inject: bad status" 400 "$(post /admin/fail '{"status":418}')"
-check "counters" "2 1" "$(stat 'f"{rate_limited} {unavailable}"')"
+check "counters" "2 1" "$(mock_stat 'f"{rate_limited} {unavailable}"')"
 
 check "hold" 200 "$(post /admin/hold '{"table":"h","ms":300}')"
 check "held" 409 "$(post /v1/tables/h/load x)"
@@ -87,7 +80,7 @@ done
 check "hold over" 200 "$(sed -n '1s/^HTTP[^ ]* \([0-9]*\).*/\1/p' "$tmp/head")"
 
 check "reset" 200 "$(post /admin/reset '{}')"
-check "reset: counters" "0 0 0" "$(stat 'f"{loads_ok} {refused} {early}"')"
+check "reset: counters" "0 0 0" "$(mock_stat 'f"{loads_ok} {refused} {early}"')"
 check "reset: tables" 201 "$(post /v1/tables '{"name":"orders"}')"
 check "unknown route" 404 "$(post /v1/nothing x)"
 
@@ -123,20 +116,20 @@ check "workspace table, 2 at once: 3rd refused" 409 \
 bgwait
 check "per table: max in service, refused, concurrency" \
   "3 1 3 | 1 1 1 | 2 1 2 | 1 0 3" \
-  "$(stat '" | ".join("%d %d %d" % (t["max_in_service"], t["refused"], t["concurrency"])
+  "$(mock_stat '" | ".join("%d %d %d" % (t["max_in_service"], t["refused"], t["concurrency"])
      for t in (tables["wide"], tables["solo"], tables["ws2/pair"], tables["ws2/other"]))')"
 check "workspace: most in service at once" "3 4 0" \
-  "$(stat '"%d %d %d" % tuple(workspaces["ws2"][k] for k in ("max_in_service", "requests", "early"))')"
+  "$(mock_stat '"%d %d %d" % tuple(workspaces["ws2"][k] for k in ("max_in_service", "requests", "early"))')"
 check "default workspace: most in service at once" 4 \
-  "$(stat 'workspaces["default"]["max_in_service"]')"
+  "$(mock_stat 'workspaces["default"]["max_in_service"]')"
 # wide refused with Retry-After 10 s a few seconds ago: this load is early
 # (and admitted: it has free slots).
 bgload /v1/tables/wide/load
 until_true 'tables["wide"]["early"] == 1'
 check "early for the table that was told" "1 0 1" \
-  "$(stat '"%d %d %d" % (early, tables["solo"]["early"], tables["wide"]["in_service"])')"
+  "$(mock_stat '"%d %d %d" % (early, tables["solo"]["early"], tables["wide"]["in_service"])')"
 check "early within the race window" "1 1 0" \
-  "$(stat '"%d %d %d" % (early_race, tables["wide"]["early_race"], workspaces["default"]["early_race"])')"
+  "$(mock_stat '"%d %d %d" % (early_race, tables["wide"]["early_race"], workspaces["default"]["early_race"])')"
 bgwait
 
 check "concurrency: bad n" 400 "$(post /admin/concurrency '{"n":0}')"
@@ -150,11 +143,11 @@ until_true 'tables.get("wide", {}).get("in_service") == 1 and
 check "changed to 1: 2nd refused" 409 "$(post /v1/tables/wide/load x)"
 check "new default 2: 3rd refused" 409 "$(post /v1/tables/fresh/load x)"
 check "own concurrency kept" "1 2 1" \
-  "$(stat '" ".join(str(tables[t]["concurrency"]) for t in ("wide", "fresh", "solo"))')"
+  "$(mock_stat '" ".join(str(tables[t]["concurrency"]) for t in ("wide", "fresh", "solo"))')"
 bgwait
 check "reset" 200 "$(post /admin/reset '{}')"
 check "reset: concurrencies of the command line" "solo=1 ws2/pair=2" \
-  "$(stat '" ".join("%s=%d" % (n, t["concurrency"]) for n, t in tables.items())')"
+  "$(mock_stat '" ".join("%s=%d" % (n, t["concurrency"]) for n, t in tables.items())')"
 check "shutdown" 200 "$(post /admin/shutdown '{}')"
 wait "$srv"
 srv=""
@@ -171,9 +164,9 @@ check "overload window: again, early" 429 "$(post /v1/tables/v/load x)"
 # The window is the workspace's: the early request is the workspace's,
 # not the (other) table's.
 check "overload: counters" "3 1 1 0 0" \
-  "$(stat '"%d %d %d %d %d" % (rate_limited, early, workspaces["default"]["early"], tables["v"]["early"], refused)')"
+  "$(mock_stat '"%d %d %d %d %d" % (rate_limited, early, workspaces["default"]["early"], tables["v"]["early"], refused)')"
 check "overload: no race" "0 0" \
-  "$(stat '"%d %d" % (early_race, workspaces["default"]["early_race"])')"
+  "$(mock_stat '"%d %d" % (early_race, workspaces["default"]["early_race"])')"
 check "reset ends the window" 200 "$(post /admin/reset '{}')"
 check "after the window" 200 "$(post /v1/tables/t/load x)"
 check "overload: bad seconds" 400 "$(post /admin/overload '{"seconds":"x"}')"
@@ -183,7 +176,7 @@ check "overloaded workspace: 429" 429 "$(post /v1/workspaces/w/tables/t/load x)"
 check "overloaded workspace: Retry-After" 2 "$(header Retry-After)"
 check "other workspace: served" 200 "$(post /v1/tables/t/load x)"
 check "overload one workspace: counters" "1 1 0" \
-  "$(stat '"%d %d %d" % (rate_limited, workspaces["w"]["rate_limited"], workspaces["default"]["rate_limited"])')"
+  "$(mock_stat '"%d %d %d" % (rate_limited, workspaces["w"]["rate_limited"], workspaces["default"]["rate_limited"])')"
 kill -TERM "$srv"
 wait "$srv"
 srv=""
