@@ -31,9 +31,12 @@ until_true() {
   done
 }
 
-# A load is in service for 1.5 s: long enough to see it in service and send
-# another request meanwhile on a loaded machine.
-start --service-ms 1500 --retry-after 5
+# A load is in service for 4 s: long enough to see it in service and send
+# another request meanwhile on a loaded machine (the helpers run the system
+# Python, check_lib.sh: a version manager's shim on PATH can take seconds
+# to start each one).  Retry-After 30 s: longer than that service, so a
+# load right after it is still early.
+start --service-ms 4000 --retry-after 30
 check "create" 201 "$(post /v1/tables '{"name":"orders"}')"
 check "create again" 409 "$(post /v1/tables '{"name":"orders"}')"
 check "create again: CONFLICT" CONFLICT "$(code)"
@@ -45,9 +48,9 @@ bg=$!
 until_true 'tables.get("orders", {}).get("in_service")'
 check "load while locked" 409 "$(post /v1/tables/orders/load x)"
 check "load while locked: RESOURCE_LOCKED" RESOURCE_LOCKED "$(code)"
-check "load while locked: Retry-After" 5 "$(header Retry-After)"
+check "load while locked: Retry-After" 30 "$(header Retry-After)"
 wait $bg
-# Told to come back in 5 s, coming back now is early (and still refused
+# Told to come back in 30 s, coming back now is early (and still refused
 # only if locked; the lock is free, so it loads).
 check "early load" 200 "$(post /v1/tables/orders/load abcd)"
 check "early load: body" '{"loaded": 4, "table": "orders"}' "$(cat "$tmp/body")"
@@ -60,7 +63,7 @@ check "early unchanged" 1 "$(mock_stat early)"
 check "inject 429" 200 "$(post /admin/fail '{"status":429,"count":2}')"
 check "429 #1" 429 "$(post /v1/tables/a/load x)"
 check "429: OVERLOADED" OVERLOADED "$(code)"
-check "429: Retry-After" 5 "$(header Retry-After)"
+check "429: Retry-After" 30 "$(header Retry-After)"
 check "429 #2" 429 "$(post /v1/tables/b/load x)"
 check "then ok" 200 "$(post /v1/tables/c/load x)"
 check "inject 503 without Retry-After" 200 \
@@ -90,14 +93,14 @@ check "shutdown: exit status" 0 $?
 srv=""
 
 # ---- tables that admit N loads at once -----------------------------------
-# Loads are in service for 3 s, so the ones started in the background are
-# all in service together however slowly curl starts; Retry-After 10 s, so
+# Loads are in service for 6 s, so the ones started in the background are
+# all in service together however slowly curl starts; Retry-After 30 s, so
 # a load right after a refusal is early; every early request counts as a
 # race too (--early-race-ms 60000).
 bg=""
 bgload() { curl -s -o /dev/null -X POST "$U$1" -d x & bg="$bg $!"; }
 bgwait() { for p in $bg; do wait "$p"; done; bg=""; }
-start --service-ms 3000 --retry-after 10 --concurrency 3 --early-race-ms 60000 \
+start --service-ms 6000 --retry-after 30 --concurrency 3 --early-race-ms 60000 \
   --table-concurrency solo=1 --table-concurrency ws2/pair=2
 bgload /v1/tables/wide/load; bgload /v1/tables/wide/load
 bgload /v1/tables/wide/load; bgload /v1/tables/solo/load
@@ -109,7 +112,7 @@ until_true 'tables.get("wide", {}).get("in_service") == 3 and
   workspaces.get("ws2", {}).get("in_service") == 3'
 check "3 at once: 4th refused" 409 "$(post /v1/tables/wide/load x)"
 check "3 at once: RESOURCE_LOCKED" RESOURCE_LOCKED "$(code)"
-check "3 at once: Retry-After" 10 "$(header Retry-After)"
+check "3 at once: Retry-After" 30 "$(header Retry-After)"
 check "own concurrency 1: 2nd refused" 409 "$(post /v1/tables/solo/load x)"
 check "workspace table, 2 at once: 3rd refused" 409 \
   "$(post /v1/workspaces/ws2/tables/pair/load x)"
@@ -122,7 +125,7 @@ check "workspace: most in service at once" "3 4 0" \
   "$(mock_stat '"%d %d %d" % tuple(workspaces["ws2"][k] for k in ("max_in_service", "requests", "early"))')"
 check "default workspace: most in service at once" 4 \
   "$(mock_stat 'workspaces["default"]["max_in_service"]')"
-# wide refused with Retry-After 10 s a few seconds ago: this load is early
+# wide refused with Retry-After 30 s a few seconds ago: this load is early
 # (and admitted: it has free slots).
 bgload /v1/tables/wide/load
 until_true 'tables["wide"]["early"] == 1'
