@@ -81,6 +81,25 @@ guard "$ctl" http k --compressed "$U/gz?status=200&text=hello&gzip=1" \
   >"$tmp/out" 2>/dev/null
 check "--compressed decodes a gzip body" "hello" "$(cat "$tmp/out")"
 
+# ---- a Retry-After beyond the segment's maximum delay -------------------------
+# Two answers ask for an hour; the segment's maximum is 1 s, so each is
+# stored and waited for as 1 s, and the user is told so once.
+"$ctl" max-delay 1 >/dev/null
+guard "$ctl" http kbig --retries 3 "$U/clamp?status=429&ra=3600&n=2" \
+  >/dev/null 2>"$tmp/err"
+check "Retry-After of an hour, maximum 1 s: exit 0 after the retries" 0 $?
+check "  said once on stderr" 1 \
+  "$(grep -c "warning: kbig: the server's Retry-After 1h00m is out of range; the segment's maximum delay, 1.0s, is used" "$tmp/err")"
+check "  three requests" 3 "$(requests '/clamp?status=429&ra=3600&n=2')"
+guard "$ctl" http -v kbig2 --retries 3 \
+  "$U/clamp2?status=409&code=RESOURCE_LOCKED&ra=3600&n=1" >/dev/null 2>"$tmp/err"
+check "a lock's Retry-After, with -v: said once too" 1 \
+  "$(grep -c "warning: kbig2: the server's Retry-After" "$tmp/err")"
+guard "$ctl" http kone --retries 3 "$U/atmax?status=429&ra=1&n=1" \
+  >/dev/null 2>"$tmp/err"
+check "a Retry-After at the maximum: nothing said" 0 \
+  "$(grep -c "Retry-After" "$tmp/err")"
+"$ctl" max-delay 900 >/dev/null
 
 echo "test_ctl_http_edges: $fails failed"
 [ "$fails" -eq 0 ]

@@ -103,6 +103,18 @@ check "CMD exiting 75 after a forwarded SIGTERM: run exits 75" 75 $?
 "$ctl" wait kx --timeout 0 >/dev/null 2>&1
 check "  and no back-off was published" 0 $?
 
+# CMD asks for an hour twice, then succeeds; the segment's maximum is 1 s:
+# told once, and each retry waits the 1 s that is stored.
+"$ctl" max-delay 1 >/dev/null
+guard "$ctl" run --retries 3 kbig -- sh -c \
+  'n=$(cat "$0" 2>/dev/null || echo 0); echo $((n + 1)) >"$0"
+   [ "$n" -ge 2 ] && exit 0; echo 3600 >"$THROTTLE_RETRY_AFTER_FILE"; exit 75' \
+  "$tmp/kbig.n" >/dev/null 2>"$tmp/err"
+check "CMD's Retry-After of an hour, maximum 1 s: exit 0" 0 $?
+check "  said once on stderr" 1 \
+  "$(grep -c "warning: kbig: CMD's Retry-After 1h00m is out of range; the segment's maximum delay, 1.0s, is used" "$tmp/err")"
+check "  each retry waits the maximum" 2 "$(grep -c 'retrying after 1.0s$' "$tmp/err")"
+"$ctl" max-delay 900 >/dev/null
 
 echo "test_ctl_run_edges: $fails failed"
 [ "$fails" -eq 0 ]

@@ -160,8 +160,13 @@ void ctl_apply_publish(struct ctx *c);
 int ctl_check_retries(struct ctx *c, unsigned def);
 int ctl_check_rate(struct ctx *c);           /* --rate N/PERIOD | off */
 int ctl_check_backfill_share(struct ctx *c); /* --backfill-share F */
-/* backoff: warn when RETRY_AFTER (c->ms) exceeds the maximum delay. */
-void ctl_warn_max_delay(const struct ctx *c, const char *given, uint64_t max);
+/* A delay of ms (given: as the user or the server wrote it) that the
+ * segment's maximum delay bounds: "warning: WHAT GIVEN is out of range;
+ * the segment's maximum delay, ... is used" on stderr, the first time in
+ * this invocation only.  Returns ms bounded by that maximum (ms when it
+ * cannot be read). */
+uint64_t ctl_warn_max_delay(struct ctx *c, const char *what, const char *given,
+                            uint64_t ms);
 
 /* ---- output (ctl_out.c) ----------------------------------------------- */
 

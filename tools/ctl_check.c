@@ -225,15 +225,22 @@ int ctl_check_backfill_share(struct ctx *c) {
 /* What is stored for everyone is bounded by the segment's maximum delay
  * (throttle_segment_max_delay(), `throttlectl max-delay`), not by this
  * process's own THROTTLE_MAX_DELAY_MS, so the warning is given once the
- * segment is open, against the maximum read from it. */
-void ctl_warn_max_delay(const struct ctx *c, const char *given, uint64_t max) {
-  if (c->ms <= max)
-    return;
-  char used[112], human[32];
-  snprintf(used, sizeof used,
-           "the segment's maximum delay, %s, is used (throttlectl max-delay)",
-           ctl_human_ms((int64_t)max, false, human, sizeof human));
-  char what[64];
-  snprintf(what, sizeof what, "%s: RETRY_AFTER", c->cmd->name);
-  ctl_warn_clamped(what, given, used);
+ * segment is open, against the maximum read from it.  Once per invocation:
+ * `run` and `http` are told the same by every attempt. */
+uint64_t ctl_warn_max_delay(struct ctx *c, const char *what, const char *given,
+                            uint64_t ms) {
+  static bool told;
+  uint64_t max;
+  if (throttle_segment_max_delay(c->h, &max) != 0 || ms <= max)
+    return ms;
+  if (!told) {
+    told = true;
+    char used[112], human[32];
+    snprintf(used, sizeof used,
+             "the segment's maximum delay, %s, is used (throttlectl "
+             "max-delay)",
+             ctl_human_ms((int64_t)max, false, human, sizeof human));
+    ctl_warn_clamped(what, given, used);
+  }
+  return max;
 }

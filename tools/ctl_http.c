@@ -468,16 +468,48 @@ static int setup(struct ctx *c, CURL *easy, struct curl_slist **hdrs,
   return 0;
 }
 
+/* The library's line for each attempt, asked for with or without -v. */
+struct log_state {
+  struct ctx *c;
+  const char *ktext;
+};
+
+/* A server's Retry-After beyond the segment's maximum delay is stored,
+ * and waited for, as that maximum: said once (ctl_warn_max_delay()), at
+ * the attempt that asked for it.  The library's line for that attempt is
+ * the one place that tells, per attempt, what a published answer asked
+ * for ("... published not-before +N ms (Retry-After)").  Rejected: the
+ * result's retry_after after the call (the last answer's only, told after
+ * the wait it was meant to explain) and reading Retry-After headers here
+ * (which answers publish depends on the library's classification, which
+ * this would repeat). */
+static void note_clamp(struct log_state *s, const char *line) {
+  const char *p = strstr(line, " not-before +");
+  unsigned long long ms;
+  int end = -1;
+  if (p == NULL ||
+      sscanf(p, " not-before +%llu ms (Retry-After)%n", &ms, &end) != 1 ||
+      end < 0)
+    return;
+  char what[KEY_TEXT_MAX + 32], given[32];
+  snprintf(what, sizeof what, "%s: the server's Retry-After", s->ktext);
+  ctl_human_ms((int64_t)ms, true, given, sizeof given);
+  (void)ctl_warn_max_delay(s->c, what, given, ms);
+}
+
 /* -v: the library's lines carry the key and the server's error code. */
 static void log_line(void *userdata, const char *line) {
-  (void)userdata;
-  fputs("throttle: ", stderr);
-  ctl_text_put(stderr, line, strlen(line), false);
-  fputc('\n', stderr);
+  struct log_state *s = userdata;
+  if (s->c->opt[OPT_VERBOSE] != NULL) {
+    fputs("throttle: ", stderr);
+    ctl_text_put(stderr, line, strlen(line), false);
+    fputc('\n', stderr);
+  }
+  note_clamp(s, line);
 }
 
 static int policy_setup(struct ctx *c, throttle_curl_policy_t *p,
-                        struct sink *sink) {
+                        struct sink *sink, struct log_state *log) {
   int rc = throttle_curl_policy_set_retries(p, c->retries);
   if (rc == 0)
     rc = throttle_curl_policy_set_class(p, c->cls);
@@ -485,8 +517,8 @@ static int policy_setup(struct ctx *c, throttle_curl_policy_t *p,
     rc = throttle_curl_policy_set_deadline(p, c->timeout_ms);
   if (rc == 0)
     rc = throttle_curl_policy_set_sink(p, sink_write, sink);
-  if (rc == 0 && c->opt[OPT_VERBOSE] != NULL)
-    rc = throttle_curl_policy_set_log(p, log_line, NULL);
+  if (rc == 0)
+    rc = throttle_curl_policy_set_log(p, log_line, log);
   if (rc != 0)
     ctl_say("http: cannot set up the policy: %s", throttle_strerror(rc));
   return rc;
@@ -664,7 +696,9 @@ int ctl_cmd_http(struct ctx *c) {
     ctl_say("out of memory");
     goto out;
   }
-  if (setup(c, easy, &hdrs, &dl) != 0 || policy_setup(c, p, &sink) != 0)
+  struct log_state log = {c, ktext};
+  if (setup(c, easy, &hdrs, &dl) != 0 ||
+      policy_setup(c, p, &sink, &log) != 0)
     goto out;
   if (c->opt[OPT_MAX_PARALLEL] != NULL) {
     int rc = throttle_set_max_parallel(c->h, key, c->max_parallel);

@@ -534,6 +534,12 @@ int ctl_cmd_run(struct ctx *c) {
 
     if (outcome != THROTTLE_OUTCOME_LOCKED)
       return status;
+    /* What the gate stores (and the wait): CMD's Retry-After, bounded by
+     * the segment's maximum delay (said once when it is). */
+    char what[KEY_TEXT_MAX + 32], given[32];
+    snprintf(what, sizeof what, "%s: CMD's Retry-After", ktext);
+    ctl_human_ms((int64_t)retry_ms, true, given, sizeof given);
+    uint64_t wait_ms = ctl_warn_max_delay(c, what, given, retry_ms);
     if (interrupted) {
       ctl_say("%s: locked, not retrying after a signal", ktext);
       return XIT_TEMP;
@@ -544,10 +550,9 @@ int ctl_cmd_run(struct ctx *c) {
       return XIT_TEMP;
     }
     ctl_say("%s: locked (attempt %u of %u); retrying after %s", ktext, n,
-            c->retries + 1, ctl_human_ms((int64_t)retry_ms, true, t, sizeof t));
+            c->retries + 1, ctl_human_ms((int64_t)wait_ms, true, t, sizeof t));
     if (!admitted) {
-      uint64_t d =
-          retry_ms < LOCAL_SLEEP_MAX_MS ? retry_ms : LOCAL_SLEEP_MAX_MS;
+      uint64_t d = wait_ms < LOCAL_SLEEP_MAX_MS ? wait_ms : LOCAL_SLEEP_MAX_MS;
       if (c->timeout_ms != THROTTLE_FOREVER && waited + d > c->timeout_ms)
         return timed_out(c, ktext);
       sleep_ms(d);

@@ -706,9 +706,7 @@ static int check_backoff(struct ctx *c) {
 }
 
 static int cmd_backoff(struct ctx *c) {
-  uint64_t max;
-  if (throttle_segment_max_delay(c->h, &max) == 0)
-    ctl_warn_max_delay(c, c->args[1], max);
+  (void)ctl_warn_max_delay(c, "backoff: RETRY_AFTER", c->args[1], c->ms);
   int rc = throttle_backoff(c->h, c->args[0], c->ms);
   return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
 }
