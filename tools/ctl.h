@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.h — what the files of throttlectl share.  throttlectl.c owns the
- * command and option tables, the argument parser, opening the segment, the
- * small commands and main; ctl_out.c the output helpers (messages, human
- * durations, JSON strings, text tables); ctl_keys.c `ls` and `show`;
- * ctl_run.c `run`; ctl_http.c `http`; ctl_check.c the checks of option
- * values; ctl_segments.c `segments` and read-only opening; ctl_watch.c
- * `watch`; ctl_metrics.c `metrics`.  Names shared between these files
- * start with ctl_.
+ * command and option tables, the argument parser, help and main;
+ * ctl_open.c checking the segment's name, opening it, and `rm`; ctl_out.c
+ * the output helpers (messages, human durations, JSON strings, text
+ * tables); ctl_keys.c `ls` and `show`; ctl_backoff.c `backoff`, `wait`,
+ * `clear`, `reset` and `max-delay`; ctl_control.c `set`, `pause`,
+ * `resume` and `cancel`; ctl_run.c `run`; ctl_http.c `http`; ctl_check.c
+ * the checks of option values; ctl_segments.c `segments` and read-only
+ * opening; ctl_watch.c `watch`; ctl_metrics.c `metrics`.  Names shared
+ * between these files start with ctl_.
  */
 #ifndef THROTTLECTL_CTL_H
 #define THROTTLECTL_CTL_H
@@ -247,5 +249,25 @@ int ctl_cmd_segments(struct ctx *c);   /* ctl_segments.c */
 int ctl_check_watch(struct ctx *c);    /* ctl_watch.c */
 int ctl_cmd_watch(struct ctx *c);      /* ctl_watch.c */
 int ctl_cmd_metrics(struct ctx *c);    /* ctl_metrics.c */
+int ctl_check_backoff(struct ctx *c);   /* ctl_backoff.c */
+int ctl_cmd_backoff(struct ctx *c);     /* ctl_backoff.c */
+int ctl_check_wait(struct ctx *c);      /* ctl_backoff.c */
+int ctl_cmd_wait(struct ctx *c);        /* ctl_backoff.c */
+int ctl_cmd_clear(struct ctx *c);       /* ctl_backoff.c */
+int ctl_cmd_reset(struct ctx *c);       /* ctl_backoff.c */
+int ctl_check_max_delay(struct ctx *c); /* ctl_backoff.c */
+int ctl_cmd_max_delay(struct ctx *c);   /* ctl_backoff.c */
+int ctl_check_set(struct ctx *c);       /* ctl_control.c */
+int ctl_cmd_set(struct ctx *c);         /* ctl_control.c */
+int ctl_cmd_pause(struct ctx *c);       /* ctl_control.c */
+int ctl_cmd_resume(struct ctx *c);      /* ctl_control.c */
+int ctl_cmd_cancel(struct ctx *c);      /* ctl_control.c */
+/* ctl_open.c: before anything is opened, an invalid --segment or
+ * $THROTTLE_SEGMENT is a usage error (the library would fall back to the
+ * default segment); then the segment opened as c->cmd->open asks, and
+ * `rm`.  Each returns 0 or the exit status after saying why. */
+int ctl_check_segment_names(struct ctx *c);
+int ctl_open_segment(struct ctx *c);
+int ctl_cmd_rm(struct ctx *c);
 
 #endif /* THROTTLECTL_CTL_H */

@@ -11,9 +11,11 @@
  * handler); one option parser shared by every command; output helpers
  * (ctl_out.c) shared by every printer.  A new command is one row in
  * `commands` and one handler; a new option is one row in `options` and a
- * bit in the commands that take it.  `ls`/`show` live in ctl_keys.c,
- * `run` in ctl_run.c, `http` in ctl_http.c and the checks of option values
- * in ctl_check.c; ctl.h is what the files share.
+ * bit in the commands that take it.  The handlers live in files by
+ * family (ctl_keys.c, ctl_backoff.c, ctl_control.c, ctl_run.c,
+ * ctl_http.c, ctl_watch.c, ctl_metrics.c, ctl_segments.c), opening the
+ * segment and `rm` in ctl_open.c, the checks of option values in
+ * ctl_check.c; ctl.h is what the files share.
  *
  * Everything is validated before the segment is opened, so a usage error
  * (exit 64) never creates or touches a segment.  A segment that cannot be
@@ -102,21 +104,6 @@ static const char *const metrics_help[OPT_COUNT_] = {
 
 /* ---- commands --------------------------------------------------------- */
 
-static int check_backoff(struct ctx *c);
-static int cmd_backoff(struct ctx *c);
-static int check_wait(struct ctx *c);
-static int cmd_wait(struct ctx *c);
-static int cmd_clear(struct ctx *c);
-static int cmd_reset(struct ctx *c);
-static int check_set(struct ctx *c);
-static int cmd_set(struct ctx *c);
-static int cmd_pause(struct ctx *c);
-static int cmd_resume(struct ctx *c);
-static int cmd_cancel(struct ctx *c);
-static int cmd_rm(struct ctx *c);
-static int check_max_delay(struct ctx *c);
-static int cmd_max_delay(struct ctx *c);
-
 static const struct command commands[] = {
     {.name = "ls",
      .args = "",
@@ -141,8 +128,8 @@ static const struct command commands[] = {
      .max_args = 2,
      .key_first = true,
      .open = OPEN_CREATE,
-     .check = check_backoff,
-     .run = cmd_backoff},
+     .check = ctl_check_backoff,
+     .run = ctl_cmd_backoff},
     {.name = "wait",
      .args = "KEY",
      .summary = "block until KEY would admit a request",
@@ -151,8 +138,8 @@ static const struct command commands[] = {
      .opts = OPT(OPT_TIMEOUT),
      .key_first = true,
      .open = OPEN_CREATE,
-     .check = check_wait,
-     .run = cmd_wait},
+     .check = ctl_check_wait,
+     .run = ctl_cmd_wait},
     {.name = "clear",
      .args = "KEY",
      .summary = "drop KEY's back-off and wake its waiters",
@@ -160,20 +147,20 @@ static const struct command commands[] = {
      .max_args = 1,
      .key_first = true,
      .open = OPEN_ATTACH,
-     .run = cmd_clear},
+     .run = ctl_cmd_clear},
     {.name = "reset",
      .args = "",
      .summary = "drop every key's back-off and wake every waiter",
      .open = OPEN_ATTACH,
-     .run = cmd_reset},
+     .run = ctl_cmd_reset},
     {.name = "max-delay",
      .args = "[SEC]",
      .summary = "the longest back-off the segment stores for anyone: show "
                 "it, or set it to SEC",
      .max_args = 1,
      .open = OPEN_CREATE,
-     .check = check_max_delay,
-     .run = cmd_max_delay},
+     .check = ctl_check_max_delay,
+     .run = ctl_cmd_max_delay},
     {.name = "set",
      .args = "KEY",
      .summary = "change KEY's cap, rate or backfill share",
@@ -182,8 +169,8 @@ static const struct command commands[] = {
      .opts = OPT(OPT_MAX_PARALLEL) | OPT(OPT_RATE) | OPT(OPT_BACKFILL_SHARE),
      .key_first = true,
      .open = OPEN_CREATE,
-     .check = check_set,
-     .run = cmd_set},
+     .check = ctl_check_set,
+     .run = ctl_cmd_set},
     {.name = "pause",
      .args = "KEY",
      .summary = "hold new admissions of KEY (in-flight ones finish)",
@@ -191,7 +178,7 @@ static const struct command commands[] = {
      .max_args = 1,
      .key_first = true,
      .open = OPEN_CREATE,
-     .run = cmd_pause},
+     .run = ctl_cmd_pause},
     {.name = "resume",
      .args = "KEY",
      .summary = "admit KEY again after a pause",
@@ -199,7 +186,7 @@ static const struct command commands[] = {
      .max_args = 1,
      .key_first = true,
      .open = OPEN_ATTACH,
-     .run = cmd_resume},
+     .run = ctl_cmd_resume},
     {.name = "cancel",
      .args = "KEY",
      .summary = "end every waiter of KEY now with \"canceled\"",
@@ -207,7 +194,7 @@ static const struct command commands[] = {
      .max_args = 1,
      .key_first = true,
      .open = OPEN_ATTACH,
-     .run = cmd_cancel},
+     .run = ctl_cmd_cancel},
     {.name = "run",
      .args = "KEY",
      .trailer = "-- CMD [ARG...]",
@@ -241,7 +228,7 @@ static const struct command commands[] = {
      .args = "",
      .summary = "remove the segment (the next user recreates it)",
      .open = OPEN_NONE,
-     .run = cmd_rm},
+     .run = ctl_cmd_rm},
     {.name = "watch",
      .args = "[KEY...]",
      .summary = "live view of the keys (or of KEYs and the keys below "
@@ -605,236 +592,6 @@ static int parse_command_args(struct ctx *c, int argc, char **argv) {
   return 0;
 }
 
-/* ---- the segment ------------------------------------------------------ */
-
-/* $THROTTLE_SEGMENT, when set and not empty. */
-static const char *env_segment(void) {
-  const char *e = getenv("THROTTLE_SEGMENT");
-  return e != NULL && *e != 0 ? e : NULL;
-}
-
-/* The library falls back to the default segment when $THROTTLE_SEGMENT is
- * invalid; for a tool that can remove segments, acting on another segment
- * than the one named is worse than refusing. */
-static int check_segment_names(struct ctx *c) {
-  throttle_config_t *cfg = throttle_config_new();
-  if (cfg == NULL) {
-    ctl_say("out of memory");
-    return XIT_FAIL;
-  }
-  int rc = XIT_OK;
-  if (c->segment != NULL && throttle_config_set_segment(cfg, c->segment) != 0)
-    rc = ctl_usage_error(NULL,
-                         "invalid segment name '%s' (1 to 200 bytes, no '/' "
-                         "after the first)",
-                         c->segment);
-  else if (c->segment == NULL && env_segment() != NULL &&
-           throttle_config_set_segment(cfg, env_segment()) != 0)
-    rc = ctl_usage_error(NULL,
-                         "THROTTLE_SEGMENT='%s' is not a valid segment name "
-                         "(1 to 200 bytes, no '/' after the first)",
-                         env_segment());
-  throttle_config_free(cfg);
-  return rc;
-}
-
-static int open_segment(struct ctx *c) {
-  if (c->cmd->open == OPEN_READ)
-    return ctl_open_read(c);
-  throttle_config_t *cfg = throttle_config_new();
-  if (cfg == NULL) {
-    ctl_say("out of memory");
-    return XIT_FAIL;
-  }
-  int rc = 0;
-  if (c->segment != NULL)
-    rc = throttle_config_set_segment(cfg, c->segment);
-  if (rc == 0 && c->cmd->open == OPEN_ATTACH)
-    rc = throttle_config_set_flags(cfg, THROTTLE_NO_CREATE);
-  if (rc == 0)
-    rc = throttle_open(cfg, &c->h);
-  throttle_config_free(cfg);
-  if (c->h == NULL) {
-    ctl_say("cannot open the segment: %s", throttle_strerror(rc));
-    return XIT_FAIL;
-  }
-  c->segname = throttle_segment_name(c->h);
-  const char *msg = throttle_errmsg(c->h);
-  /* The library's message may end by announcing its private fallback. */
-  static const char fallback[] = "; falling back to process-private back-off";
-  if ((rc != 0 || !throttle_is_shared(c->h)) &&
-      c->cmd->open == OPEN_FAIL_OPEN) {
-    if (*msg == 0)
-      msg = throttle_strerror(rc);
-    const char *tail = strstr(msg, fallback) != NULL ? "" : fallback;
-    if (strstr(msg, c->segname) != NULL)
-      ctl_say("warning: %s%s", msg, tail);
-    else
-      ctl_say("warning: %s: %s%s", c->segname, msg, tail);
-    return XIT_OK;
-  }
-  if (rc != 0 || !throttle_is_shared(c->h)) {
-    /* This tool does not use the fallback: drop its announcement rather
-     * than say something untrue. */
-    size_t n = strlen(msg), k = sizeof fallback - 1;
-    if (n >= k && strcmp(msg + n - k, fallback) == 0)
-      n -= k;
-    if (n == 0) {
-      msg = throttle_strerror(rc);
-      n = strlen(msg);
-    }
-    if (strstr(msg, c->segname) != NULL)
-      ctl_say("%.*s", (int)n, msg);
-    else
-      ctl_say("%s: %.*s", c->segname, (int)n, msg);
-    return XIT_FAIL;
-  }
-  if (*msg != 0) /* e.g. an invalid $THROTTLE_KEYS, replaced by the default */
-    ctl_say("warning: %s: %s", c->segname, msg);
-  return XIT_OK;
-}
-
-/* ---- commands --------------------------------------------------------- */
-
-static int check_backoff(struct ctx *c) {
-  if (ctl_parse_seconds(c->args[1], &c->ms) != 0)
-    return ctl_usage_error(c->cmd,
-                           "RETRY_AFTER must be a non-negative number of "
-                           "seconds such as 5 or 1.5, not '%s'",
-                           c->args[1]);
-  return 0;
-}
-
-static int cmd_backoff(struct ctx *c) {
-  (void)ctl_warn_max_delay(c, "backoff: RETRY_AFTER", c->args[1], c->ms);
-  int rc = throttle_backoff(c->h, c->args[0], c->ms);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int check_wait(struct ctx *c) { return ctl_check_timeout(c); }
-
-static int cmd_wait(struct ctx *c) {
-  int rc = throttle_wait(c->h, c->args[0], c->timeout_ms);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int cmd_clear(struct ctx *c) {
-  int rc = throttle_clear(c->h, c->args[0]);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int cmd_reset(struct ctx *c) {
-  int rc = throttle_reset(c->h);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-/* max-delay SEC: 1 ms to 7 days, as the library takes it. */
-static int check_max_delay(struct ctx *c) {
-  if (c->nargs == 0)
-    return 0;
-  if (ctl_parse_seconds(c->args[0], &c->ms) != 0 || c->ms == 0 ||
-      c->ms > UINT64_C(7) * 86400000u)
-    return ctl_usage_error(c->cmd, "%s: give seconds, more than 0 and at "
-                                   "most 604800 (7 days)",
-                           c->args[0]);
-  return 0;
-}
-
-/* The segment's maximum delay, in seconds (a process's own
- * THROTTLE_MAX_DELAY_MS bounds only what that process honours). */
-static int cmd_max_delay(struct ctx *c) {
-  int rc = c->nargs == 0 ? 0 : throttle_set_segment_max_delay(c->h, c->ms);
-  uint64_t ms = 0;
-  if (rc == 0)
-    rc = throttle_segment_max_delay(c->h, &ms);
-  if (rc != 0)
-    return ctl_lib_fail(c, rc);
-  printf("%llu.%03llu\n", (unsigned long long)(ms / 1000),
-         (unsigned long long)(ms % 1000));
-  return XIT_OK;
-}
-
-static int check_set(struct ctx *c) {
-  int rc = ctl_check_max_parallel(c);
-  if (rc == 0)
-    rc = ctl_check_rate(c);
-  if (rc == 0)
-    rc = ctl_check_backfill_share(c);
-  if (rc == 0 && c->opt[OPT_MAX_PARALLEL] == NULL && c->opt[OPT_RATE] == NULL &&
-      c->opt[OPT_BACKFILL_SHARE] == NULL)
-    rc = ctl_usage_error(c->cmd, "nothing to set: give --max-parallel, "
-                                 "--rate or --backfill-share");
-  return rc;
-}
-
-/* In option order; one that fails leaves the ones before it applied. */
-static int cmd_set(struct ctx *c) {
-  const char *key = c->args[0];
-  int rc = 0;
-  if (c->opt[OPT_MAX_PARALLEL] != NULL)
-    rc = c->max_auto != 0
-             ? throttle_set_max_parallel_auto(c->h, key, c->max_auto)
-             : throttle_set_max_parallel(c->h, key, c->max_parallel);
-  if (rc == 0 && c->opt[OPT_RATE] != NULL)
-    rc = throttle_set_rate(c->h, key, c->rate_n, c->rate_period_ms);
-  if (rc == 0 && c->opt[OPT_BACKFILL_SHARE] != NULL)
-    rc = throttle_set_backfill_share(c->h, key, c->backfill_share);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int cmd_pause(struct ctx *c) {
-  int rc = throttle_pause(c->h, c->args[0]);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int cmd_resume(struct ctx *c) {
-  int rc = throttle_resume(c->h, c->args[0]);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-static int cmd_cancel(struct ctx *c) {
-  int rc = throttle_cancel(c->h, c->args[0]);
-  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
-}
-
-/* The name the library will resolve, for messages only.  Without --segment
- * or $THROTTLE_SEGMENT it is the per-user default, which only the library
- * knows: ask it through a handle that may not create anything. */
-static void rm_name(const struct ctx *c, char *buf, size_t len) {
-  const char *n = c->segment != NULL ? c->segment : env_segment();
-  if (n != NULL) {
-    snprintf(buf, len, "%s%s", n[0] == '/' ? "" : "/", n);
-    return;
-  }
-  snprintf(buf, len, "the default segment");
-  throttle_config_t *cfg = throttle_config_new();
-  throttle_t *h = NULL;
-  if (cfg != NULL && throttle_config_set_flags(cfg, THROTTLE_NO_CREATE) == 0 &&
-      throttle_config_set_lock_timeout(cfg, 100) == 0) {
-    (void)throttle_open(cfg, &h);
-    if (h != NULL)
-      snprintf(buf, len, "%s", throttle_segment_name(h));
-  }
-  throttle_close(h);
-  throttle_config_free(cfg);
-}
-
-static int cmd_rm(struct ctx *c) {
-  int rc = throttle_unlink(c->segment);
-  if (rc == 0)
-    return XIT_OK;
-  int e = errno;
-  char name[256];
-  rm_name(c, name, sizeof name);
-  if (rc == THROTTLE_ENOKEY)
-    ctl_say("%s: no such segment", name);
-  else if (rc == THROTTLE_ESHM)
-    ctl_say("%s: cannot remove: %s", name, strerror(e));
-  else
-    ctl_say("%s: cannot remove: %s", name, throttle_strerror(rc));
-  return XIT_FAIL;
-}
-
 /* ---- main ------------------------------------------------------------- */
 
 static int run(int argc, char **argv) {
@@ -874,11 +631,11 @@ static int run(int argc, char **argv) {
   }
   if (rc != 0)
     goto out;
-  if ((rc = check_segment_names(&c)) != 0)
+  if ((rc = ctl_check_segment_names(&c)) != 0)
     goto out;
   if (c.cmd->check != NULL && (rc = c.cmd->check(&c)) != 0)
     goto out;
-  if (c.cmd->open != OPEN_NONE && (rc = open_segment(&c)) != 0)
+  if (c.cmd->open != OPEN_NONE && (rc = ctl_open_segment(&c)) != 0)
     goto out;
   rc = c.cmd->run(&c);
 out:

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl_backoff.c — the back-off commands: `backoff` (publish a not-before),
+ * `wait` (block until a key opens), `clear`, `reset`, and `max-delay` (the
+ * segment's maximum delay, which bounds what `backoff` stores).  Each is
+ * one library call; the values were checked before the segment was
+ * opened (throttlectl.c's table runs the ctl_check_* here first).
+ */
+#include "ctl.h"
+
+int ctl_check_backoff(struct ctx *c) {
+  if (ctl_parse_seconds(c->args[1], &c->ms) != 0)
+    return ctl_usage_error(c->cmd,
+                           "RETRY_AFTER must be a non-negative number of "
+                           "seconds such as 5 or 1.5, not '%s'",
+                           c->args[1]);
+  return 0;
+}
+
+int ctl_cmd_backoff(struct ctx *c) {
+  (void)ctl_warn_max_delay(c, "backoff: RETRY_AFTER", c->args[1], c->ms);
+  int rc = throttle_backoff(c->h, c->args[0], c->ms);
+  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
+}
+
+int ctl_check_wait(struct ctx *c) { return ctl_check_timeout(c); }
+
+int ctl_cmd_wait(struct ctx *c) {
+  int rc = throttle_wait(c->h, c->args[0], c->timeout_ms);
+  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
+}
+
+int ctl_cmd_clear(struct ctx *c) {
+  int rc = throttle_clear(c->h, c->args[0]);
+  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
+}
+
+int ctl_cmd_reset(struct ctx *c) {
+  int rc = throttle_reset(c->h);
+  return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
+}
+
+/* max-delay SEC: 1 ms to 7 days, as the library takes it. */
+int ctl_check_max_delay(struct ctx *c) {
+  if (c->nargs == 0)
+    return 0;
+  if (ctl_parse_seconds(c->args[0], &c->ms) != 0 || c->ms == 0 ||
+      c->ms > UINT64_C(7) * 86400000u)
+    return ctl_usage_error(c->cmd, "%s: give seconds, more than 0 and at "
+                                   "most 604800 (7 days)",
+                           c->args[0]);
+  return 0;
+}
+
+/* The segment's maximum delay, in seconds (a process's own
+ * THROTTLE_MAX_DELAY_MS bounds only what that process honours). */
+int ctl_cmd_max_delay(struct ctx *c) {
+  int rc = c->nargs == 0 ? 0 : throttle_set_segment_max_delay(c->h, c->ms);
+  uint64_t ms = 0;
+  if (rc == 0)
+    rc = throttle_segment_max_delay(c->h, &ms);
+  if (rc != 0)
+    return ctl_lib_fail(c, rc);
+  printf("%llu.%03llu\n", (unsigned long long)(ms / 1000),
+         (unsigned long long)(ms % 1000));
+  return XIT_OK;
+}
