@@ -76,6 +76,15 @@ def until(cond, timeout=20, what="condition"):
         time.sleep(0.01)
 
 
+def field(t, key, name):
+    """A field of key's snapshot, 0 while the key has no record yet (a
+    waiter that has not reached the segment yet)."""
+    try:
+        return t.info(key)[name]
+    except libthrottle.ENOKEY:
+        return 0
+
+
 @pytest.fixture
 def segment(monkeypatch):
     """A segment of the test's own, named in THROTTLE_SEGMENT for the

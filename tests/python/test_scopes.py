@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 import libthrottle
-from conftest import until
+from conftest import field, until
 
 WS = "hotdata:ws1"
 T0, T1, T2 = WS + "/t0", WS + "/t1", WS + "/t2"
@@ -68,7 +68,7 @@ def test_scope_cancel_reaches_waiters_of_every_key(t):
     threads = [threading.Thread(target=waiter, args=(k,)) for k in (T0, T1)]
     for th in threads:
         th.start()
-    until(lambda: all(t.info(k)["waiting_live"] == 1 for k in (T0, T1)),
+    until(lambda: all(field(t, k, "waiting_live") == 1 for k in (T0, T1)),
           what="both tables' waiters queued")
     t.cancel(WS)
     for th in threads:
@@ -115,7 +115,7 @@ def test_pool_leave_hands_its_place_to_another_table_s_waiter(t):
     got = []
     th = threading.Thread(target=lambda: got.append(t.admit(T1, timeout=30)))
     th.start()
-    until(lambda: t.info(T1)["waiting_live"] == 1, what="t1 queued")
+    until(lambda: field(t, T1, "waiting_live") == 1, what="t1 queued")
     holder.leave()
     th.join(10)
     assert len(got) == 1 and got[0].key == T1
@@ -223,9 +223,9 @@ def test_info_scope_carries_the_learned_cap_fields(t):
     t.set_max_parallel_auto(T0, 4)
     info = t.info(T0)
     assert (info["cap_auto"], info["cap_max"]) == (1, 4)
-    for field in ("cap_good", "cap_fail", "cap_fails", "cap_retry_after_ms",
+    for name in ("cap_good", "cap_fail", "cap_fails", "cap_retry_after_ms",
                   "cap_work_ms", "cap_next_raise_ms", "cap_learned_ago_ms"):
-        assert isinstance(info[field], int)
+        assert isinstance(info[name], int)
     assert info["cap_learned_ago_ms"] == -1  # no refusal yet: slow start
     t.set_max_parallel_auto(T0)  # no bound
     assert t.info(T0)["cap_max"] == 0
