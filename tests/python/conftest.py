@@ -51,6 +51,25 @@ def spawn(*args, stdin=False, **env):
         env=child_env(**env), text=True)
 
 
+def spawn_ctl_hold(key, name, log, secs, **env):
+    """A C process holding key for secs: `throttlectl run KEY -- sh -c`
+    appending "start NAME" and "end NAME" to log (as worker.py hold)."""
+    ctl = os.path.join(BUILD, "throttlectl")
+    if not os.path.exists(ctl):
+        pytest.fail("%s is missing (make)" % ctl)
+    script = ('echo "start %s" >> "%s"; sleep %s; echo "end %s" >> "%s"'
+              % (name, log, secs, name, log))
+    return subprocess.Popen(
+        [ctl, "run", key, "--timeout", "60", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(**env))
+
+
+def one_at_a_time(names):
+    """The log of holders that went one at a time, in the order names."""
+    return [w for n in names for w in ("start " + n, "end " + n)]
+
+
 def start_together(procs):
     """Release load workers (worker.py load) once all are ready."""
     for p in procs:

@@ -6,12 +6,11 @@ Throttle passed to a "spawn" child, and Python and C processes
 
 import multiprocessing
 import os
-import subprocess
 
 import pytest
 
 import libthrottle
-from conftest import BUILD, spawn, until
+from conftest import one_at_a_time, spawn, spawn_ctl_hold, until
 
 KEY = "hotdata:ws1/orders"
 
@@ -110,9 +109,6 @@ def test_admission_cannot_be_pickled(t):
 
 
 def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
-    ctl = os.path.join(BUILD, "throttlectl")
-    if not os.path.exists(ctl):
-        pytest.fail("%s is missing (make)" % ctl)
     log = str(tmp_path / "log")
     t.set_max_parallel(KEY, 1)
     holder = t.admit(KEY)
@@ -122,12 +118,7 @@ def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
         if name.startswith("py"):
             p = spawn("hold", KEY, name, log, 0.05)
         else:
-            script = ('echo "start %s" >> "%s"; sleep 0.05; '
-                      'echo "end %s" >> "%s"' % (name, log, name, log))
-            p = subprocess.Popen([ctl, "run", KEY, "--timeout", "60", "--",
-                                  "sh", "-c", script],
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+            p = spawn_ctl_hold(KEY, name, log, 0.05)
         procs.append(p)
         # queued in this order: the next starts once this one waits
         until(lambda: t.info(KEY)["waiting_live"] == i + 1,
@@ -138,8 +129,6 @@ def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
         assert p.returncode == 0, (out, err)
     with open(log) as f:
         lines = f.read().splitlines()
-    expect = []
-    for name in names:
-        expect += ["start " + name, "end " + name]
-    assert lines == expect  # one at a time (cap 1), first come first served
+    # one at a time (cap 1), first come first served
+    assert lines == one_at_a_time(names)
     assert t.info(KEY)["in_flight"] == 0

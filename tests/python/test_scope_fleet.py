@@ -21,7 +21,8 @@ Counts and orders only: no wall-clock assertion.  The figures are printed
 import os
 import time
 
-from conftest import early, expect_line, field, spawn, until
+from conftest import (early, expect_line, field, one_at_a_time, spawn,
+                      until)
 
 TABLES = 4
 
@@ -136,8 +137,7 @@ def test_pool_live_ahead_of_backfill_and_fifo_across_tables(t, tmp_path):
     # live first (in arrival order), then backfill in arrival order, one
     # at a time whatever table each is for
     assert starts == ["live3", "live1", "bf1", "bf2", "bf0"]
-    assert read_log(log) == [w for n in starts for w in ("start " + n,
-                                                           "end " + n)]
+    assert read_log(log) == one_at_a_time(starts)
 
 
 def test_workspace_pause_holds_every_table_resume_in_arrival_order(
