@@ -16,7 +16,7 @@ its advertised time):
     arrival order; cancel on the workspace ends the waiters of every table.
 
 Counts and orders only: no wall-clock assertion.  The figures are printed
-([figures] lines, pytest -s or -rs shows them with the suite)."""
+([figures] lines in the output of tests/test_python.sh)."""
 
 import os
 import time
@@ -62,16 +62,17 @@ def read_log(path):
         return f.read().splitlines()
 
 
-def test_workspace_429_holds_every_table(t, mock, files):
+def test_workspace_429_holds_every_table(t, mock, files, capsys):
     mock.admin("concurrency", {"n": 4})  # the tables themselves never lock
     jobs = files(32)
     took, _ = load_fleet(mock, "ws1", jobs, 4, before_go=lambda: mock.admin(
         "overload", {"workspace": "ws1", "seconds": 3}))
     w = mock.stats()["workspaces"]["ws1"]
-    print("\n[figures] 16 Python processes, 4 tables of one workspace, "
-          "429 for 3 s, Retry-After 1: loaded %d/32, 429 %d, early %d "
-          "(race %d), %.2f s" % (w["loads_ok"], w["rate_limited"],
-                                 w["early"], w["early_race"], took))
+    with capsys.disabled():
+        print("\n[figures] 16 Python processes, 4 tables of one workspace, "
+              "429 for 3 s, Retry-After 1: loaded %d/32, 429 %d, early %d "
+              "(race %d), %.2f s" % (w["loads_ok"], w["rate_limited"],
+                                     w["early"], w["early_race"], took))
     assert w["loads_ok"] == 32
     assert early(w) == 0  # nothing before the workspace's advertised time
     # one per Retry-After for the whole workspace (3), 2 more, and the
@@ -82,17 +83,18 @@ def test_workspace_429_holds_every_table(t, mock, files):
                for i in range(TABLES))
 
 
-def test_pool_of_3_bounds_the_workspace(t, mock, files):
+def test_pool_of_3_bounds_the_workspace(t, mock, files, capsys):
     mock.admin("concurrency", {"n": 4})
     t.set_max_parallel("hotdata:ws4", 3)
     for i in range(TABLES):
         t.set_max_parallel("hotdata:ws4/t%d" % i, 8)
     took, _ = load_fleet(mock, "ws4", files(32), 4)
     w = mock.stats()["workspaces"]["ws4"]
-    print("\n[figures] pool of 3 over 4 tables, 16 Python processes: "
-          "loaded %d/32, at most %d in service across the workspace, "
-          "429 %d, %.2f s" % (w["loads_ok"], w["max_in_service"],
-                              w["rate_limited"], took))
+    with capsys.disabled():
+        print("\n[figures] pool of 3 over 4 tables, 16 Python processes: "
+              "loaded %d/32, at most %d in service across the workspace, "
+              "429 %d, %.2f s" % (w["loads_ok"], w["max_in_service"],
+                                  w["rate_limited"], took))
     assert w["loads_ok"] == 32
     assert w["max_in_service"] <= 3
     assert t.info("hotdata:ws4")["in_flight"] == 0
