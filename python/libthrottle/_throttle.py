@@ -537,7 +537,9 @@ class Throttle:
         k = _key(key)
         cls = _klass(klass)
         ticket = ctypes.c_void_p()
-        h = self._use()
+        # the main thread's admissions live on its interruptible handle,
+        # where a later requeue() can be interrupted
+        h = self._use(blocking=True)
         try:
             rc = _core.throttle_try_enter(h.ptr, k, cls, ctypes.byref(ticket),
                                           None)

@@ -11,6 +11,7 @@ B (the build directory) names where throttlectl and examples/loader are.
 
 import itertools
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -68,6 +69,24 @@ def spawn_ctl_hold(key, name, log, secs, **env):
 def one_at_a_time(names):
     """The log of holders that went one at a time, in the order names."""
     return [w for n in names for w in ("start " + n, "end " + n)]
+
+
+def _call_in_child(adm, name, args, q):
+    try:
+        getattr(adm, name)(*args)
+        q.put("done")
+    except libthrottle.EINVAL as e:
+        q.put("EINVAL: %s" % e)
+
+
+def in_fork_child(adm, name, *args):
+    """adm.name(*args) in a forked child: "done", or "EINVAL: message"."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_call_in_child, args=(adm, name, args, q))
+    p.start()
+    p.join(60)
+    return q.get(timeout=10)
 
 
 def start_together(procs):

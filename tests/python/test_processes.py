@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-import libthrottle
-from conftest import one_at_a_time, spawn, spawn_ctl_hold, until
+from conftest import (in_fork_child, one_at_a_time, spawn, spawn_ctl_hold,
+                      until)
 
 KEY = "hotdata:ws1/orders"
 
@@ -61,22 +61,10 @@ def test_fork_children_use_the_parent_s_handle(t, tmp_path):
     assert overlap([w for w in lines if w in ("start", "end")]) <= 2
 
 
-def _report_parent_s(adm, q):
-    try:
-        adm.report(200)
-        q.put("reported")
-    except libthrottle.EINVAL as e:
-        q.put("EINVAL: %s" % e)
-
-
 def test_fork_child_cannot_report_the_parent_s_admission(t):
     adm = t.admit(KEY)
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_report_parent_s, args=(adm, q))
-    p.start()
-    p.join(60)
-    assert q.get(timeout=10).startswith("EINVAL: this admission belongs")
+    assert in_fork_child(adm, "report", 200).startswith(
+        "EINVAL: this admission belongs")
     assert t.info(KEY)["in_flight"] == 1  # still the parent's
     adm.report(200)
     assert t.info(KEY)["in_flight"] == 0

@@ -65,7 +65,8 @@ def test_scope_cancel_reaches_waiters_of_every_key(t):
         except libthrottle.ECANCELED:
             got[key] = "canceled"
 
-    threads = [threading.Thread(target=waiter, args=(k,)) for k in (T0, T1)]
+    threads = [threading.Thread(target=waiter, args=(k,), daemon=True)
+               for k in (T0, T1)]
     for th in threads:
         th.start()
     until(lambda: all(field(t, k, "waiting_live") == 1 for k in (T0, T1)),
@@ -113,7 +114,8 @@ def test_pool_leave_hands_its_place_to_another_table_s_waiter(t):
     t.set_max_parallel(WS, 1)
     holder = t.admit(T0)
     got = []
-    th = threading.Thread(target=lambda: got.append(t.admit(T1, timeout=30)))
+    th = threading.Thread(target=lambda: got.append(t.admit(T1, timeout=30)),
+                          daemon=True)
     th.start()
     until(lambda: field(t, T1, "waiting_live") == 1, what="t1 queued")
     holder.leave()
@@ -191,7 +193,7 @@ def test_set_publish_level_reaches_a_thread_s_admission(t):
             adm.leave("rate_limited", 30)
         done.append(1)
 
-    th = threading.Thread(target=other)
+    th = threading.Thread(target=other, daemon=True)
     th.start()
     th.join(10)
     assert done == [1] and t.info(T0)["publishes"] == 1

@@ -15,6 +15,9 @@ time.monotonic() stamps (CLOCK_MONOTONIC is the same in every process).
   hold KEY NAME LOG SECS [KLASS]
                            admit, append "start NAME" to LOG, sleep SECS,
                            append "end NAME", report ok
+  requeue KEY              "ready", admit, "admitted T", then requeue the
+                           admission as locked with Retry-After 60: it
+                           waits in its own place; "requeued T" after
   held KEY                 admit, "admitted T", then sleep inside the with
                            block until interrupted; after the interrupt
                            "released", then wait for standard input
@@ -98,6 +101,14 @@ def main(argv):
             append(log, "start " + name)
             time.sleep(secs)
             append(log, "end " + name)
+            adm.leave("ok")
+        return 0
+    if cmd == "requeue":
+        say("ready")
+        with t.admit(key) as adm:
+            say("admitted", now())
+            adm.requeue("locked", 60)
+            say("requeued", now())
             adm.leave("ok")
         return 0
     if cmd == "held":
