@@ -52,7 +52,17 @@
  * An uncontended enter + leave makes no system call: the pid is cached
  * (throttle__pid, refreshed in a forked child), and a grant wakes a slot's
  * futex only when the key counts sleepers (see grant_locked for why no
- * wake is lost); every wake still changes its word first.
+ * wake is lost); every wake still changes its word first.  It is also
+ * cheap (bench/bench_admit.c: a few clock_gettime()s): one clock reading
+ * per call (the lease's CLOCK_MONOTONIC start is derived from it,
+ * throttle__mono_at); one pass over the slots per call (struct roster),
+ * not one per question; the leave finds the record at the index the enter
+ * found it (checked against its key), and the enter at the index this
+ * thread last found the key (rec_guess); and the scope calls are skipped
+ * while this thread knows that no scope of the key has a record
+ * (scopes_absent).  Rejected: occupancy masks kept in the record (a
+ * derived word that a crash or a writer outside the library makes
+ * disagree with the slots, hiding a holder from the cap).
  *
  * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
  * once and sleeps on the record's epoch, which free_slot() bumps and wakes
@@ -74,14 +84,50 @@
 struct throttle_ticket {
   throttle_t *h;
   throttle_class_t cls;
-  uint64_t hash;
+  uint64_t hash; /* of the key, once hash_ok (ticket_hash) */
+  bool hash_ok;
   uint64_t ticket;
   uint32_t slot;
+  uint32_t rec; /* the key's record when admitted (a hint, checked again) */
   int probe;
   size_t len;
   void *be; /* the backend's admission (backend.h), or NULL */
   char key[THROTTLE__KEY_MAX + 1];
 };
+
+static uint64_t ticket_hash(const throttle_t *h, throttle_ticket_t *t) {
+  if (!t->hash_ok) {
+    t->hash = throttle__hash(h->seed, t->key, t->len);
+    t->hash_ok = true;
+  }
+  return t->hash;
+}
+
+/* Where this thread last found the key passed at this address: a hint
+ * that spares an admission the key's hash and index walk, checked against
+ * the record's key before use (throttle__rec_at_locked), so a wrong one
+ * costs the lookup it would have made anyway.  Per thread, by the caller's
+ * key pointer (loaders pass the same buffer again and again), and tied to
+ * the segment by its random seed. */
+#define REC_GUESSES 8
+static THROTTLE__TLS struct rec_guess {
+  const char *key;
+  uint64_t seed;
+  uint32_t idx;
+} rec_guesses[REC_GUESSES];
+
+static struct rec_guess *rec_guess_slot(const char *key) {
+  return &rec_guesses[((uintptr_t)key >> 3) % REC_GUESSES];
+}
+
+static uint32_t rec_guess(const throttle_t *h, const char *key) {
+  const struct rec_guess *g = rec_guess_slot(key);
+  return g->key == key && g->seed == h->seed ? g->idx : UINT32_MAX;
+}
+
+static void rec_note(const throttle_t *h, const char *key, uint32_t idx) {
+  *rec_guess_slot(key) = (struct rec_guess){key, h->seed, idx};
+}
 
 /* ---- helpers on a record -------------------------------------------- */
 
@@ -90,8 +136,13 @@ static void sat_inc(uint64_t *c) {
     (*c)++;
 }
 
+/* Every writer of a slot word holds the mutex (futex waiters only read
+ * it), so a load and a store do what an atomic add would, without the
+ * locked instruction: two of those per uncontended admission. */
 static void bump(struct throttle__slot *s) {
-  atomic_fetch_add_explicit(&s->word, 1, memory_order_release);
+  atomic_store_explicit(
+      &s->word, atomic_load_explicit(&s->word, memory_order_relaxed) + 1,
+      memory_order_release);
 }
 
 static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
@@ -226,6 +277,8 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
 
 /* ---- granting -------------------------------------------------------- */
 
+/* Slots granted under the mutex, woken after it.  Only slot[0..n) is
+ * ever read. */
 struct wake {
   struct throttle__slot *slot[THROTTLE__SLOTS];
   uint32_t n;
@@ -240,10 +293,10 @@ static void wake_all(struct wake *w) {
 /* Reclaim slots of dead holders and waiters, and of holders past their
  * lease.  Reading /proc costs microseconds, so it runs at most every
  * REAP_NS per key, and only when somebody is waiting for the gate. */
-static void reap_locked(struct throttle__rec *r, uint64_t now, bool force);
+static bool reap_locked(struct throttle__rec *r, uint64_t now, bool force);
 
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
-  reap_locked(r, now, false);
+  (void)reap_locked(r, now, false);
 }
 
 /* For eviction: a key that would be idle but for slots (no back-off, no
@@ -254,13 +307,15 @@ bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
       r->fixed_cap || r->auto_max || r->rate_n ||
       (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
     return false;
-  reap_locked(r, now, true);
+  (void)reap_locked(r, now, true);
   return throttle__rec_idle(r, now);
 }
 
-static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
+/* true when it looked (and may have freed slots), false when it was too
+ * soon since the last look. */
+static bool reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
   if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
-    return;
+    return false;
   r->last_reap_ns = now;
   /* Leases run on CLOCK_MONOTONIC, which stops while the host is
    * suspended: a lease bounds how long a running holder may take, and a
@@ -289,16 +344,119 @@ static void reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
     }
     free_slot(r, s);
   }
+  return true;
 }
 
-/* Oldest waiting slot of class cls, or NULL. */
-static struct throttle__slot *oldest(struct throttle__rec *r,
-                                     throttle_class_t cls) {
+/* Does no scope of r's key have a record?  Then nothing of scope.c can
+ * hold, pool or answer for the key, and the gate skips it: each of its
+ * calls looks every scope up (a hash and an index walk), four or five per
+ * uncontended admission, nearly always to find nothing.  Whether a record
+ * exists changes only by an insert, an eviction or a rebuild, each of
+ * which moves the table's sequence (tseq), so a thread remembers the
+ * answer per record under the sequence it saw it with, and the segment's
+ * random seed, which tells two segments apart.  A wrong memory would only
+ * skip a scope that exists; the sequence is written by the library under
+ * the mutex this runs under.  Rejected: a flag in the record (one more
+ * shared word to validate, I8, and to clear on every scope insert). */
+#define NOSCOPE_WAYS 8 /* a direct-mapped memory, by record index */
+static THROTTLE__TLS struct noscope {
+  uint64_t seed;
+  uint32_t idx;
+  uint32_t seq; /* tseq when seen; odd values are never stored */
+} noscope[NOSCOPE_WAYS];
+
+static bool scopes_absent(throttle_t *h, const struct throttle__rec *r) {
+  uint32_t idx = (uint32_t)(r - h->recs);
+  uint32_t seq = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
+  struct noscope *m = &noscope[idx % NOSCOPE_WAYS];
+  if (m->seq == seq && m->idx == idx && m->seed == h->seed && !(seq & 1))
+    return true;
+  size_t len = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  if (len > THROTTLE__KEY_MAX)
+    return false; /* let scope.c judge a damaged record */
+  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++)
+    if (throttle__find_locked(h, r->key, p,
+                              throttle__hash(h->seed, r->key, p)) != NULL)
+      return false;
+  if (!(seq & 1))
+    *m = (struct noscope){.seed = h->seed, .idx = idx, .seq = seq};
+  return true;
+}
+
+/* Who is in a key's slots, read in one pass: grant_locked() looked at
+ * the 32 slots up to six times per grant (the probe, the holders, the
+ * backfill holders, the oldest live and backfill waiters, again after each
+ * grant), and that was most of an uncontended admission's time.  The masks
+ * are this call's own copy, kept in step with the grants it makes, never
+ * stored: a mask in shared memory would be one more derived word to trust
+ * (I8) and to repair after a crash. */
+struct roster {
+  uint32_t hold;    /* holding slots */
+  uint32_t hold_bf; /* holding slots of class backfill */
+  uint32_t wait[2]; /* waiting slots by class (live, backfill) */
+  uint32_t free;    /* free slots */
+  bool probe_held;  /* a holding slot carries the probe ticket */
+};
+
+static void roster_read(const struct throttle__rec *r, struct roster *ro) {
+  /* Which slots are in use, without a branch per slot (the common case
+   * is one or two of 32), then a closer look at those alone. */
+  uint32_t used = 0;
+#pragma GCC unroll 32
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    used |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
+  *ro = (struct roster){.free = ~used};
+  uint64_t probe = r->probe_ticket;
+  for (; used != 0; used &= used - 1) {
+    uint32_t i = (uint32_t)__builtin_ctz(used), bit = UINT32_C(1) << i;
+    const struct throttle__slot *s = &r->slot[i];
+    if (s->state == THROTTLE__SLOT_HOLDING) {
+      ro->hold |= bit;
+      if (s->cls == THROTTLE_CLASS_BACKFILL)
+        ro->hold_bf |= bit;
+      if (probe != 0 && s->ticket == probe)
+        ro->probe_held = true;
+    } else if (s->state == THROTTLE__SLOT_WAITING &&
+               s->cls <= THROTTLE_CLASS_BACKFILL) {
+      ro->wait[s->cls == THROTTLE_CLASS_BACKFILL] |= bit;
+    } else if (s->state == THROTTLE__SLOT_FREE) {
+      ro->free |= bit; /* changed since the first look (a bad writer) */
+    }
+  }
+}
+
+/* Slot i of r changed from what *ro read to state (of class cls): the
+ * caller's copy kept in step, so it need not read the slots again. */
+static void roster_set(struct roster *ro, uint32_t i, int state, int cls) {
+  uint32_t bit = UINT32_C(1) << i;
+  ro->hold &= ~bit;
+  ro->hold_bf &= ~bit;
+  ro->wait[0] &= ~bit;
+  ro->wait[1] &= ~bit;
+  ro->free &= ~bit;
+  if (state == THROTTLE__SLOT_FREE)
+    ro->free |= bit;
+  else if (state == THROTTLE__SLOT_WAITING && cls <= THROTTLE_CLASS_BACKFILL)
+    ro->wait[cls == THROTTLE_CLASS_BACKFILL] |= bit;
+  else if (state == THROTTLE__SLOT_HOLDING)
+    ro->hold |= bit, ro->hold_bf |= cls == THROTTLE_CLASS_BACKFILL ? bit : 0;
+}
+
+/* The slots in mask: a loop per slot, as few are in use (the compiler's
+ * popcount is a library call without -mpopcnt). */
+static uint32_t bits(uint32_t mask) {
+  uint32_t n = 0;
+  for (; mask != 0; mask &= mask - 1)
+    n++;
+  return n;
+}
+
+/* The oldest slot among mask (lowest ticket, then lowest index), or NULL. */
+static struct throttle__slot *oldest(struct throttle__rec *r, uint32_t mask) {
   struct throttle__slot *best = NULL;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-    struct throttle__slot *s = &r->slot[i];
-    if (s->state == THROTTLE__SLOT_WAITING && s->cls == cls &&
-        (best == NULL || s->ticket < best->ticket))
+  for (; mask != 0; mask &= mask - 1) {
+    struct throttle__slot *s = &r->slot[__builtin_ctz(mask)];
+    if (best == NULL || s->ticket < best->ticket)
       best = s;
   }
   return best;
@@ -306,9 +464,11 @@ static struct throttle__slot *oldest(struct throttle__rec *r,
 
 /* Grant as many waiters as the gate allows now, oldest first, live before
  * backfill.  *next is set to the next instant at which time alone could
- * open the gate (UINT64_MAX if none). */
+ * open the gate (UINT64_MAX if none).  pre: the caller's roster of r, read
+ * under this mutex hold and kept in step since, or NULL to read one. */
 static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
-                         struct wake *w, uint64_t *next) {
+                         struct wake *w, uint64_t *next,
+                         const struct roster *pre) {
   *next = UINT64_MAX;
   if (r->flags & THROTTLE__REC_PAUSED)
     return;
@@ -317,31 +477,33 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     *next = nb;
     return;
   }
-  int scope = throttle__scope_gate_locked(h, r, now, next);
+  bool scoped = !scopes_absent(h, r);
+  int scope = scoped ? throttle__scope_gate_locked(h, r, now, next)
+                     : THROTTLE__SCOPE_OPEN;
   if (scope == THROTTLE__SCOPE_HELD)
     return;
-  if (r->probe_ticket != 0) {
-    bool out = false;
-    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-      if (r->slot[i].state == THROTTLE__SLOT_HOLDING &&
-          r->slot[i].ticket == r->probe_ticket)
-        out = true;
-    if (!out)
-      __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-  }
+  struct roster ro;
+  if (pre != NULL)
+    ro = *pre;
+  else
+    roster_read(r, &ro);
+  if (r->probe_ticket != 0 && !ro.probe_held)
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   throttle__bound_rate(h, r, now);
+  if ((ro.wait[THROTTLE_CLASS_LIVE] | ro.wait[THROTTLE_CLASS_BACKFILL]) == 0)
+    return; /* nobody to grant */
   uint32_t cap = throttle__cap_of(r);
-  uint32_t holders = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
-  uint32_t bf_holders =
-      throttle__count_slots(r, THROTTLE__SLOT_HOLDING, THROTTLE_CLASS_BACKFILL);
+  uint32_t holders = bits(ro.hold);
+  uint32_t bf_holders = bits(ro.hold_bf);
   uint32_t bf_cap = throttle__backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
       return; /* the probe is out: everyone else waits for its answer */
-    struct throttle__slot *s = oldest(r, THROTTLE_CLASS_LIVE);
+    struct throttle__slot *s = oldest(r, ro.wait[THROTTLE_CLASS_LIVE]);
     if (s == NULL && bf_holders < bf_cap)
-      s = oldest(r, THROTTLE_CLASS_BACKFILL);
-    if (s == NULL || !throttle__scope_pool_allows_locked(h, r, s, now, next))
+      s = oldest(r, ro.wait[THROTTLE_CLASS_BACKFILL]);
+    if (s == NULL ||
+        (scoped && !throttle__scope_pool_allows_locked(h, r, s, now, next)))
       return;
     uint64_t ready;
     if (!throttle__rate_allows(r, now, &ready)) {
@@ -353,9 +515,10 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
      * leave a holder timed by the slot's previous occupant (its lease
      * would lapse at once and the slot be taken from a live holder). */
     s->since_ns = now;
-    s->since_mono_ns = throttle__mono_ns();
+    s->since_mono_ns = throttle__mono_at(now);
     s->state = THROTTLE__SLOT_HOLDING;
     THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
+    roster_set(&ro, (uint32_t)(s - r->slot), THROTTLE__SLOT_HOLDING, s->cls);
     holders++;
     s->concurrent = (uint8_t)holders;
     if (s->cls == THROTTLE_CLASS_BACKFILL)
@@ -377,7 +540,8 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     if (w != NULL && w->n < THROTTLE__SLOTS &&
         atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
       w->slot[w->n++] = s;
-    throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
+    if (scoped)
+      throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
     if (scope == THROTTLE__SCOPE_PROBE)
       return; /* alone until the scope's answer */
   }
@@ -451,7 +615,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
   bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
-  struct wake w = {.n = 0};
+  struct wake w;
+  w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
       if (registered) {
@@ -477,13 +642,21 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       deadline_set = true;
     }
     struct throttle__rec *r;
-    rc = throttle__insert_locked(h, key, len, t->hash, now, &r);
+    r = throttle__rec_at_locked(h, t->rec, key, len);
+    rc = r != NULL ? 0
+                   : throttle__insert_locked(h, key, len, ticket_hash(h, t),
+                                             now, &r);
     if (rc != 0) {
       throttle__unlock(h);
       break;
     }
     r->last_use_ns = now;
+    t->rec = (uint32_t)(r - h->recs);
     struct throttle__slot *s = registered ? my_slot(r, t) : NULL;
+    /* One read of the slots serves the free-slot search and the grant
+     * below, unless a reap in between may have changed them. */
+    struct roster ro;
+    bool ro_ok = false;
     if (registered && s == NULL) {
       registered = false; /* reclaimed under us (lease, or a bad writer) */
     }
@@ -502,11 +675,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         cancel_gen = r->cancel_gen;
         gen_taken = true;
       }
-      for (uint32_t i = 0; i < THROTTLE__SLOTS && s == NULL; i++)
-        if (r->slot[i].state == THROTTLE__SLOT_FREE)
-          s = &r->slot[i];
-      if (s == NULL) {
-        reap_locked(r, now, false);
+      roster_read(r, &ro);
+      ro_ok = true;
+      if (ro.free != 0) {
+        s = &r->slot[__builtin_ctz(ro.free)];
+      } else if (reap_locked(r, now, false)) {
+        ro_ok = false;
         for (uint32_t i = 0; i < THROTTLE__SLOTS && s == NULL; i++)
           if (r->slot[i].state == THROTTLE__SLOT_FREE)
             s = &r->slot[i];
@@ -526,6 +700,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         s->probe = 0;
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
+        if (ro_ok)
+          roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, cls);
         registered = true;
         ovf_done(r, &ovf);
       } else if (!ovf) {
@@ -545,8 +721,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     uint64_t next;
     if (s != NULL && s->state == THROTTLE__SLOT_WAITING) {
-      reap_locked(r, now, false);
-      grant_locked(h, r, now, &w, &next);
+      if (reap_locked(r, now, false))
+        ro_ok = false;
+      grant_locked(h, r, now, &w, &next, ro_ok ? &ro : NULL);
     } else {
       next = UINT64_MAX;
     }
@@ -584,7 +761,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       ovf_done(r, &ovf);
       if (s != NULL)
         free_slot(r, s);
-      grant_locked(h, r, now, &w, &next); /* our leaving may unblock others */
+      grant_locked(h, r, now, &w, &next,
+                   NULL); /* our leaving may unblock others */
       throttle__unlock(h);
       wake_all(&w);
       if (wait_ms != NULL)
@@ -661,8 +839,9 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   t->len = len;
   memcpy(t->key, key, len);
   t->key[len] = '\0';
-  t->hash = throttle__hash(h->seed, key, len);
+  t->hash_ok = false;
   t->slot = UINT32_MAX;
+  t->rec = rec_guess(h, key);
   t->be = NULL;
   if (h->be != NULL) {
     rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
@@ -677,7 +856,10 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     }
     t->be = NULL; /* the segment admits this one */
   }
-  return enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
+  rc = enter_wait(h, t, timeout_ms, nowait, false, out, wait_ms);
+  if (rc == 0)
+    rec_note(h, key, (*out)->rec);
+  return rc;
 }
 
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
@@ -724,24 +906,27 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
+  /* One read of the slots for the learner's count and the grant below. */
+  struct roster ro;
+  roster_read(r, &ro);
+  bool held = s != NULL && (ro.hold >> t->slot & 1);
   struct throttle__learn_in learn = {
       .outcome = outcome,
-      .concurrent = s != NULL && s->state == THROTTLE__SLOT_HOLDING
-                        ? s->concurrent
-                        : 0,
-      .others = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) -
-                (s != NULL && s->state == THROTTLE__SLOT_HOLDING ? 1 : 0),
+      .concurrent = held ? s->concurrent : 0,
+      .others = bits(ro.hold) - (held ? 1 : 0),
       .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
       .retry_after_ms = retry_after_ms,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
       .now = now,
   };
-  if (s != NULL && requeue && s->state == THROTTLE__SLOT_HOLDING) {
+  if (s != NULL && requeue && held) {
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
     s->since_ns = now;
+    roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, s->cls);
   } else if (s != NULL) {
     free_slot(r, s);
+    roster_set(&ro, t->slot, THROTTLE__SLOT_FREE, 0);
   }
   if (probe) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
@@ -764,20 +949,21 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   r->last_use_ns = now;
   THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
   uint64_t next;
-  grant_locked(h, r, now, w, &next);
+  grant_locked(h, r, now, w, &next, &ro);
   return s != NULL;
 }
 
 /* A back-off reported through the backend, recorded in the segment too
  * (as throttle_backoff() does): if the backend goes away, this host's
  * processes still honour it. */
-static void mirror_publish(throttle_t *h, const throttle_ticket_t *t,
+static void mirror_publish(throttle_t *h, throttle_ticket_t *t,
                            uint64_t ms) {
   if (throttle__lock(h) != 0)
     return;
   uint64_t now = throttle__now_ns();
   struct throttle__rec *r;
-  if (throttle__insert_locked(h, t->key, t->len, t->hash, now, &r) == 0)
+  if (throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
+                              &r) == 0)
     throttle__publish_locked(h, r, now,
                              ms > UINT64_MAX / THROTTLE__NS_PER_MS
                                  ? UINT64_MAX
@@ -831,14 +1017,21 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   if (publishes(outcome))
     throttle__scope_publish_locked(h, t->key, t->len, outcome,
                                    delay_ns(retry_after_ms), now);
-  struct throttle__rec *r = throttle__find_locked(h, t->key, t->len, t->hash);
+  /* The record the enter found, when it still holds the key: no hash
+   * walk on the way out. */
+  struct throttle__rec *r = throttle__rec_at_locked(h, t->rec, t->key, t->len);
+  if (r == NULL)
+    r = throttle__find_locked(h, t->key, t->len, ticket_hash(h, t));
   if (r == NULL && publishes(outcome))
-    rc = throttle__insert_locked(h, t->key, t->len, t->hash, now, &r);
-  struct wake w = {.n = 0};
+    rc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
+                                 &r);
+  struct wake w;
+  w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||
                !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
                               &w);
-  throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
+  if (r == NULL || !scopes_absent(h, r))
+    throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
   throttle__unlock(h);
   wake_all(&w);
   if (rc == 0 && bad_outcome)

@@ -346,6 +346,10 @@ void throttle__orphan_msg(const throttle_t *h);
 /* clock.c */
 uint64_t throttle__now_ns(void);
 uint64_t throttle__mono_ns(void);
+/* CLOCK_MONOTONIC when the throttle clock read now (just read by the
+ * caller): never earlier than the true reading, at most a suspend of up
+ * to a second later.  Cheaper than throttle__mono_ns() (clock.c). */
+uint64_t throttle__mono_at(uint64_t now);
 /* 0, or EINTR when a signal cut the sleep short. */
 int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
                          uint64_t rel_ns);
@@ -390,6 +394,10 @@ void throttle__guess_note_scopes(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen);
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash);
+/* The record at idx if it holds key (an index kept from an earlier
+ * lookup, checked again), else NULL. */
+struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
+                                              const char *key, size_t len);
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
