@@ -95,6 +95,70 @@ struct throttle_ticket {
   char key[THROTTLE__KEY_MAX + 1];
 };
 
+/* One spare ticket per thread: an admission's ticket is the one its
+ * thread's last leave gave back, not a malloc() and a free() per pair
+ * (about half a clock reading).  A thread's spare is freed when the thread
+ * exits (a key destructor); the main thread's stays reachable until the
+ * process ends.  Test builds allocate every ticket (fault.c counts and
+ * fails allocations one by one; a parked spare would hide both); the
+ * release build is what the shell and Python tests and the benchmarks
+ * run.  Rejected: a spare per handle (threads share handles: an atomic
+ * exchange each way costs what malloc does). */
+#ifndef THROTTLE_TESTING
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_key_ok;
+static THROTTLE__TLS throttle_ticket_t *spare;
+static THROTTLE__TLS bool spare_armed; /* the key's destructor will run */
+
+static void spare_drop(void *unused) {
+  (void)unused;
+  throttle__free(spare);
+  spare = NULL;
+  spare_armed = false;
+}
+
+static void spare_init(void) {
+  spare_key_ok = pthread_key_create(&spare_key, spare_drop) == 0;
+}
+
+/* The library unloaded (dlclose): no destructor may point into it. */
+__attribute__((destructor)) static void spare_fini(void) {
+  if (spare_key_ok)
+    pthread_key_delete(spare_key);
+  spare_key_ok = false;
+}
+
+static throttle_ticket_t *ticket_alloc(void) {
+  throttle_ticket_t *t = spare;
+  if (t == NULL)
+    return throttle__malloc(sizeof *t);
+  spare = NULL;
+  return t;
+}
+
+static void ticket_free(throttle_ticket_t *t) {
+  if (t != NULL && spare == NULL) {
+    if (!spare_armed) {
+      pthread_once(&spare_once, spare_init);
+      spare_armed =
+          spare_key_ok && pthread_setspecific(spare_key, &spare_key) == 0;
+    }
+    if (spare_armed) {
+      spare = t;
+      return;
+    }
+  }
+  throttle__free(t);
+}
+#else
+static throttle_ticket_t *ticket_alloc(void) {
+  return throttle__malloc(sizeof(throttle_ticket_t));
+}
+
+static void ticket_free(throttle_ticket_t *t) { throttle__free(t); }
+#endif
+
 static uint64_t ticket_hash(const throttle_t *h, throttle_ticket_t *t) {
   if (!t->hash_ok) {
     t->hash = throttle__hash(h->seed, t->key, t->len);
@@ -427,7 +491,8 @@ static void roster_read(const struct throttle__rec *r, struct roster *ro) {
 
 /* Slot i of r changed from what *ro read to state (of class cls): the
  * caller's copy kept in step, so it need not read the slots again. */
-static void roster_set(struct roster *ro, uint32_t i, int state, int cls) {
+static inline void roster_set(struct roster *ro, uint32_t i, int state,
+                              int cls) {
   uint32_t bit = UINT32_C(1) << i;
   ro->hold &= ~bit;
   ro->hold_bf &= ~bit;
@@ -465,11 +530,20 @@ static struct throttle__slot *oldest(struct throttle__rec *r, uint32_t mask) {
 /* Grant as many waiters as the gate allows now, oldest first, live before
  * backfill.  *next is set to the next instant at which time alone could
  * open the gate (UINT64_MAX if none).  pre: the caller's roster of r, read
- * under this mutex hold and kept in step since, or NULL to read one. */
+ * under this mutex hold and kept in step since (used and changed in place:
+ * a copy of what was just stored field by field stalls the load), or NULL
+ * to read one. */
 static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
-                         struct wake *w, uint64_t *next,
-                         const struct roster *pre) {
+                         struct wake *w, uint64_t *next, struct roster *pre) {
   *next = UINT64_MAX;
+  struct roster own;
+  if (pre == NULL)
+    roster_read(r, &own);
+  struct roster *ro = pre != NULL ? pre : &own;
+  if (r->probe_ticket != 0 && !ro->probe_held)
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+  if ((ro->wait[THROTTLE_CLASS_LIVE] | ro->wait[THROTTLE_CLASS_BACKFILL]) == 0)
+    return; /* nobody to grant: the leave of the only holder stops here */
   if (r->flags & THROTTLE__REC_PAUSED)
     return;
   uint64_t nb = throttle__clamp_nb_locked(h, r, now);
@@ -482,26 +556,17 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
                      : THROTTLE__SCOPE_OPEN;
   if (scope == THROTTLE__SCOPE_HELD)
     return;
-  struct roster ro;
-  if (pre != NULL)
-    ro = *pre;
-  else
-    roster_read(r, &ro);
-  if (r->probe_ticket != 0 && !ro.probe_held)
-    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   throttle__bound_rate(h, r, now);
-  if ((ro.wait[THROTTLE_CLASS_LIVE] | ro.wait[THROTTLE_CLASS_BACKFILL]) == 0)
-    return; /* nobody to grant */
   uint32_t cap = throttle__cap_of(r);
-  uint32_t holders = bits(ro.hold);
-  uint32_t bf_holders = bits(ro.hold_bf);
+  uint32_t holders = bits(ro->hold);
+  uint32_t bf_holders = bits(ro->hold_bf);
   uint32_t bf_cap = throttle__backfill_cap(r, cap);
   while (holders < cap) {
     if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
       return; /* the probe is out: everyone else waits for its answer */
-    struct throttle__slot *s = oldest(r, ro.wait[THROTTLE_CLASS_LIVE]);
+    struct throttle__slot *s = oldest(r, ro->wait[THROTTLE_CLASS_LIVE]);
     if (s == NULL && bf_holders < bf_cap)
-      s = oldest(r, ro.wait[THROTTLE_CLASS_BACKFILL]);
+      s = oldest(r, ro->wait[THROTTLE_CLASS_BACKFILL]);
     if (s == NULL ||
         (scoped && !throttle__scope_pool_allows_locked(h, r, s, now, next)))
       return;
@@ -518,7 +583,7 @@ static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
     s->since_mono_ns = throttle__mono_at(now);
     s->state = THROTTLE__SLOT_HOLDING;
     THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
-    roster_set(&ro, (uint32_t)(s - r->slot), THROTTLE__SLOT_HOLDING, s->cls);
+    roster_set(ro, (uint32_t)(s - r->slot), THROTTLE__SLOT_HOLDING, s->cls);
     holders++;
     s->concurrent = (uint8_t)holders;
     if (s->cls == THROTTLE_CLASS_BACKFILL)
@@ -601,9 +666,7 @@ static uint64_t deadline_after(uint64_t now, uint64_t timeout_ms) {
 static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
                       int nowait, bool registered, throttle_ticket_t **out,
                       uint64_t *wait_ms) {
-  char key[THROTTLE__KEY_MAX + 1]; /* t may be freed before the last use */
   size_t len = t->len;
-  memcpy(key, t->key, len + 1);
   throttle_class_t cls = t->cls;
   int rc;
   /* From the first reading under the mutex (one clock read fewer on the
@@ -619,6 +682,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
+      char key[THROTTLE__KEY_MAX + 1]; /* t may be freed before its use */
+      memcpy(key, t->key, len + 1);
       if (registered) {
         /* A slot left waiting would be granted later and then hold the
          * cap until its lease lapsed, the live process being ours.  Try
@@ -642,9 +707,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       deadline_set = true;
     }
     struct throttle__rec *r;
-    r = throttle__rec_at_locked(h, t->rec, key, len);
+    r = throttle__rec_at_locked(h, t->rec, t->key, len);
     rc = r != NULL ? 0
-                   : throttle__insert_locked(h, key, len, ticket_hash(h, t),
+                   : throttle__insert_locked(h, t->key, len, ticket_hash(h, t),
                                              now, &r);
     if (rc != 0) {
       throttle__unlock(h);
@@ -829,7 +894,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
     return rc;
   /* Not calloc: zeroing the whole key buffer costs more than the rest of
    * the ticket; every field is set here. */
-  throttle_ticket_t *t = throttle__malloc(sizeof *t);
+  throttle_ticket_t *t = ticket_alloc();
   if (t == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   t->h = h;
@@ -1052,7 +1117,7 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     *requeued = true;
     return 0;
   }
-  throttle__free(t);
+  ticket_free(t);
   return rc;
 }
 
