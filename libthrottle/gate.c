@@ -7,37 +7,40 @@
  * Each key has THROTTLE__SLOTS participant slots (holders and waiters).  A
  * caller registers in a slot with an arrival ticket, and sleeps on the
  * slot's own futex word.  Whoever changes what the gate allows (a leaving
- * holder above all) runs grant_locked(), which turns the oldest eligible
- * waiters' slots into holders and bumps their words; the waker wakes them
- * after unlocking.  Waiting therefore holds no slot that counts against the
- * cap and no mutex (I4), and a slot goes to the next waiter without polling.
+ * holder above all) runs the grant (gate_grant.c), which turns the oldest
+ * eligible waiters' slots into holders and bumps their words; the waker
+ * wakes them after unlocking.  Waiting therefore holds no slot that counts
+ * against the cap and no mutex (I4), and a slot goes to the next waiter
+ * without polling.
  * Time-driven openings (a not-before passing, a rate token, a lease lapsing)
  * have no waker: each waiter sleeps at most until the next such instant
- * (plus jitter) and then runs grant_locked() itself.
+ * (plus jitter) and then runs the grant itself.
  *
  * Slots are identified by a ticket from one sequence for the whole segment
  * that never restarts, so a ticket names one admission for the segment's
  * lifetime: a stale ticket (lease lapsed, left before, a forked copy)
  * matches nothing, and a forked child can release its parent's admission.
  *
- * Dead holders (gate_live.c).  A holder is reclaimed at the next look (at
- * most every REAP_NS per key, only when someone is waiting) once there is
+ * Dead holders (gate_live.c, gate_grant.c).  A holder is reclaimed at the
+ * next look (at most every 50 ms per key, only when someone waits) once
+ * there is
  * evidence it died; one that cannot be judged (another PID namespace,
  * /proc hidden) and a live but hung one are reclaimed when their lease
  * lapses.
  *
  * Waiting (throttle__sleep) is cut into slices when the caller set an
  * interrupt check; an interrupted caller gives back its place, or a slot
- * granted meanwhile, before it returns.  Every time-like field read here
- * is bounded first (bound_rate, bound_slot_times): shared memory is input.
+ * granted meanwhile, before it returns.  Every time-like field read is
+ * bounded first (gate_grant.c): shared memory is input.
  *
  * A transient answer retried with throttle_requeue() keeps its slot, as a
  * waiting slot with its arrival ticket: the oldest waiter, so it probes
  * first when the back-off passes (a leave and a new enter would queue it
  * behind later arrivals).
  *
- * Also here: publishing (the lock episode before the not-before, so a crash
- * between them is safe) and cancel.  The snapshot fields are in
+ * Also here: tickets and cancel.  Publishing (the lock episode before the
+ * not-before, so a crash between them is safe), the time bounds, repair,
+ * reaping and the grant are in gate_grant.c; the snapshot fields in
  * gate_info.c.
  *
  * The learned cap (gate_learn.c, which states its rules and why): a LOCKED
@@ -51,23 +54,24 @@
  *
  * An uncontended enter + leave makes no system call: the pid is cached
  * (throttle__pid, refreshed in a forked child), and a grant wakes a slot's
- * futex only when the key counts sleepers (see grant_locked for why no
- * wake is lost); every wake still changes its word first.  It is also
- * cheap (bench/bench_admit.c: a few clock_gettime()s): one clock reading
- * per call (the lease's CLOCK_MONOTONIC start is derived from it,
- * throttle__mono_at); one pass over the slots per call (struct roster),
- * not one per question; the leave finds the record at the index the enter
- * found it (checked against its key), and the enter at the index this
- * thread last found the key (rec_guess); and the scope calls are skipped
- * while this thread knows that no scope of the key has a record
- * (scopes_absent).  Rejected: occupancy masks kept in the record (a
- * derived word that a crash or a writer outside the library makes
- * disagree with the slots, hiding a holder from the cap).
+ * futex only when the key counts sleepers (see throttle__grant_locked for
+ * why no wake is lost); every wake still changes its word first.  It is
+ * also cheap (bench/bench_admit.c: a few clock_gettime()s): one clock
+ * reading per call (the lease's CLOCK_MONOTONIC start is derived from it,
+ * throttle__mono_at); one pass over the slots per call (struct
+ * throttle__roster), not one per question; the leave finds the record at
+ * the index the enter found it (checked against its key), and the enter
+ * at the index this thread last found the key (rec_guess); the scope
+ * calls are skipped while this thread knows that no scope of the key has
+ * a record (throttle__scopes_absent); a thread reuses the ticket its last
+ * leave gave back (ticket_alloc).  Rejected: occupancy masks kept in the
+ * record (a derived word that a crash or a writer outside the library
+ * makes disagree with the slots, hiding a holder from the cap).
  *
  * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
- * once and sleeps on the record's epoch, which free_slot() bumps and wakes
- * while such callers are counted; when it registers, the ticket it arrived
- * with keeps its place in the FIFO order.  Rejected: a queue of overflow
+ * once and sleeps on the record's epoch, which throttle__free_slot() bumps
+ * and wakes while such callers are counted; when it registers, the ticket
+ * it arrived with keeps its place in the FIFO order.  Rejected: a queue of overflow
  * callers in shared memory (unbounded, and a dead one would block it).
  */
 #include "backend.h"
@@ -77,7 +81,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define REAP_NS (50 * THROTTLE__NS_PER_MS)
 #define POLL_NS THROTTLE__POLL_NS
 #define DEFAULT_LOCK_DELAY_MS 5000u
 
@@ -193,425 +196,6 @@ static void rec_note(const throttle_t *h, const char *key, uint32_t idx) {
   *rec_guess_slot(key) = (struct rec_guess){key, h->seed, idx};
 }
 
-/* ---- helpers on a record -------------------------------------------- */
-
-static void sat_inc(uint64_t *c) {
-  if (*c < UINT64_MAX)
-    (*c)++;
-}
-
-/* Every writer of a slot word holds the mutex (futex waiters only read
- * it), so a load and a store do what an atomic add would, without the
- * locked instruction: two of those per uncontended admission. */
-static void bump(struct throttle__slot *s) {
-  atomic_store_explicit(
-      &s->word, atomic_load_explicit(&s->word, memory_order_relaxed) + 1,
-      memory_order_release);
-}
-
-static void free_slot(struct throttle__rec *r, struct throttle__slot *s) {
-  s->state = THROTTLE__SLOT_FREE;
-  s->probe = 0;
-  s->ticket = 0;
-  s->pid = 0;
-  bump(s);
-  if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
-    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-    throttle__futex_wake(&r->epoch);
-  }
-}
-
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
-    return false;
-  if (r->fixed_cap || r->auto_max || r->rate_n ||
-      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
-    return false; /* settings an operator made: never evicted */
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state != THROTTLE__SLOT_FREE)
-      return false;
-  return true;
-}
-
-void throttle__open_locked(struct throttle__rec *r) {
-  atomic_store_explicit(&r->not_before, 0, memory_order_release);
-  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-  throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
-  __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-  sat_inc(&r->clears);
-}
-
-/* Every wake changes the word it wakes on: a waiter that read its word
- * under the mutex and is between unlocking and futex_wait() would
- * otherwise miss the wake (the kernel compares the word, unchanged) and
- * sleep until its re-check, up to POLL_NS late for a resume, a clear or a
- * raised cap. */
-void throttle__wake_rec(struct throttle__rec *r) {
-  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-  throttle__futex_wake(&r->epoch);
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state != THROTTLE__SLOT_FREE) {
-      bump(&r->slot[i]);
-      throttle__futex_wake(&r->slot[i].word);
-    }
-}
-
-void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
-                              uint64_t now, uint64_t delay_ns) {
-  uint64_t seg_max = throttle__seg_max_ns(h);
-  if (delay_ns > seg_max) /* the fleet's bound, not this process's own */
-    delay_ns = seg_max;
-  uint64_t cur = throttle__clamp_nb_locked(h, r, now);
-  uint64_t want = throttle__sat_add(now, delay_ns);
-  /* The episode first, the not-before second: a crash between the two
-   * leaves an episode on an open key (the next caller probes alone), never
-   * a not-before without an episode (when it passed, every waiter would go
-   * at once: a herd). */
-  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
-  THROTTLE__CRASHPOINT("gate-mid-publish");
-  if (want > cur)
-    atomic_store_explicit(&r->not_before, want, memory_order_release);
-  throttle__scope_touch(h); /* after the not-before (scope.c) */
-  sat_inc(&r->publishes);
-  r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
-  r->last_pid = throttle__pid();
-  r->last_use_ns = now;
-}
-
-/* ---- time read from shared memory (I8) ------------------------------- */
-
-/* Every time-like field is bounded where it is read and at repair, so that
- * one bad word delays a key by at most the segment's maximum delay (or a
- * slot by the longest lease), never forever.  Stored back, so every reader
- * sees the same bounded value. */
-#define LEASE_MAX_MS 86400000u                                /* one day */
-#define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
-
-static void bound_slot_times(struct throttle__slot *s, uint64_t now,
-                             uint64_t mono) {
-  if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
-    s->lease_ms = LEASE_MAX_MS;
-  if (s->since_ns > now) /* a grant in the future would never lapse */
-    s->since_ns = now;
-  if (s->since_mono_ns > mono)
-    s->since_mono_ns = mono;
-}
-
-/* A conforming GCRA state never runs more than one period ahead of now. */
-void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
-  if (r->rate_n != 0 && r->rate_period_ns == 0)
-    r->rate_n = 0; /* no period: no rate (the setter never writes this) */
-  if (r->rate_n == 0)
-    return;
-  if (r->rate_period_ns > RATE_PERIOD_MAX_NS)
-    r->rate_period_ns = RATE_PERIOD_MAX_NS;
-  uint64_t ahead = r->rate_period_ns;
-  uint64_t max = throttle__seg_max_ns(h);
-  if (ahead > max)
-    ahead = max;
-  uint64_t limit = throttle__sat_add(now, ahead);
-  if (r->rate_tat_ns > limit)
-    r->rate_tat_ns = limit;
-}
-
-/* After a crash inside the critical section: make every slot and setting
- * something the code below can trust. */
-void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
-  uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
-  throttle__bound_rate(h, r, now);
-  bool probe_found = false;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-    struct throttle__slot *s = &r->slot[i];
-    bound_slot_times(s, now, mono);
-    if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
-        (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
-      free_slot(r, s);
-      continue;
-    }
-    if (s->state == THROTTLE__SLOT_HOLDING && r->probe_ticket != 0 &&
-        s->ticket == r->probe_ticket)
-      probe_found = true;
-  }
-  if (!probe_found)
-    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-  if (r->fixed_cap > THROTTLE__SLOTS)
-    r->fixed_cap = THROTTLE__SLOTS;
-  throttle__learn_bound_locked(r, now);
-}
-
-/* ---- granting -------------------------------------------------------- */
-
-/* Slots granted under the mutex, woken after it.  Only slot[0..n) is
- * ever read. */
-struct wake {
-  struct throttle__slot *slot[THROTTLE__SLOTS];
-  uint32_t n;
-};
-
-static void wake_all(struct wake *w) {
-  for (uint32_t i = 0; i < w->n; i++)
-    throttle__futex_wake(&w->slot[i]->word);
-  w->n = 0;
-}
-
-/* Reclaim slots of dead holders and waiters, and of holders past their
- * lease.  Reading /proc costs microseconds, so it runs at most every
- * REAP_NS per key, and only when somebody is waiting for the gate. */
-static bool reap_locked(struct throttle__rec *r, uint64_t now, bool force);
-
-void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
-  (void)reap_locked(r, now, false);
-}
-
-/* For eviction: a key that would be idle but for slots (no back-off, no
- * setting an operator made) is reaped now, whoever waits; true when that
- * leaves it idle (its only participants were dead or past their lease). */
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
-      r->fixed_cap || r->auto_max || r->rate_n ||
-      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
-    return false;
-  (void)reap_locked(r, now, true);
-  return throttle__rec_idle(r, now);
-}
-
-/* true when it looked (and may have freed slots), false when it was too
- * soon since the last look. */
-static bool reap_locked(struct throttle__rec *r, uint64_t now, bool force) {
-  if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
-    return false;
-  r->last_reap_ns = now;
-  /* Leases run on CLOCK_MONOTONIC, which stops while the host is
-   * suspended: a lease bounds how long a running holder may take, and a
-   * holder frozen with the whole host has not run.  On the throttle clock
-   * (CLOCK_BOOTTIME, right for a server's Retry-After) a suspend longer
-   * than the lease would reclaim every holder at once on resume, while
-   * they go on sending: the cap exceeded for the rest of their requests. */
-  uint64_t mono = throttle__mono_ns();
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
-    struct throttle__slot *s = &r->slot[i];
-    if (s->state == THROTTLE__SLOT_FREE)
-      continue;
-    bound_slot_times(s, now, mono);
-    bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
-                  mono - s->since_mono_ns >
-                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
-    if (!lapsed && throttle__holder_alive(s))
-      continue;
-    if (s->state == THROTTLE__SLOT_HOLDING) {
-      sat_inc(&r->reclaims);
-      if (s->ticket == r->probe_ticket) {
-        /* the next waiter probes */
-        __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-        atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
-      }
-    }
-    free_slot(r, s);
-  }
-  return true;
-}
-
-/* Does no scope of r's key have a record?  Then nothing of scope.c can
- * hold, pool or answer for the key, and the gate skips it: each of its
- * calls looks every scope up (a hash and an index walk), four or five per
- * uncontended admission, nearly always to find nothing.  Whether a record
- * exists changes only by an insert, an eviction or a rebuild, each of
- * which moves the table's sequence (tseq), so a thread remembers the
- * answer per record under the sequence it saw it with, and the segment's
- * random seed, which tells two segments apart.  A wrong memory would only
- * skip a scope that exists; the sequence is written by the library under
- * the mutex this runs under.  Rejected: a flag in the record (one more
- * shared word to validate, I8, and to clear on every scope insert). */
-#define NOSCOPE_WAYS 8 /* a direct-mapped memory, by record index */
-static THROTTLE__TLS struct noscope {
-  uint64_t seed;
-  uint32_t idx;
-  uint32_t seq; /* tseq when seen; odd values are never stored */
-} noscope[NOSCOPE_WAYS];
-
-static bool scopes_absent(throttle_t *h, const struct throttle__rec *r) {
-  uint32_t idx = (uint32_t)(r - h->recs);
-  uint32_t seq = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
-  struct noscope *m = &noscope[idx % NOSCOPE_WAYS];
-  if (m->seq == seq && m->idx == idx && m->seed == h->seed && !(seq & 1))
-    return true;
-  size_t len = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
-  if (len > THROTTLE__KEY_MAX)
-    return false; /* let scope.c judge a damaged record */
-  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++)
-    if (throttle__find_locked(h, r->key, p,
-                              throttle__hash(h->seed, r->key, p)) != NULL)
-      return false;
-  if (!(seq & 1))
-    *m = (struct noscope){.seed = h->seed, .idx = idx, .seq = seq};
-  return true;
-}
-
-/* Who is in a key's slots, read in one pass: grant_locked() looked at
- * the 32 slots up to six times per grant (the probe, the holders, the
- * backfill holders, the oldest live and backfill waiters, again after each
- * grant), and that was most of an uncontended admission's time.  The masks
- * are this call's own copy, kept in step with the grants it makes, never
- * stored: a mask in shared memory would be one more derived word to trust
- * (I8) and to repair after a crash. */
-struct roster {
-  uint32_t hold;    /* holding slots */
-  uint32_t hold_bf; /* holding slots of class backfill */
-  uint32_t wait[2]; /* waiting slots by class (live, backfill) */
-  uint32_t free;    /* free slots */
-  bool probe_held;  /* a holding slot carries the probe ticket */
-};
-
-static void roster_read(const struct throttle__rec *r, struct roster *ro) {
-  /* Which slots are in use, without a branch per slot (the common case
-   * is one or two of 32), then a closer look at those alone. */
-  uint32_t used = 0;
-#pragma GCC unroll 32
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    used |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
-  *ro = (struct roster){.free = ~used};
-  uint64_t probe = r->probe_ticket;
-  for (; used != 0; used &= used - 1) {
-    uint32_t i = (uint32_t)__builtin_ctz(used), bit = UINT32_C(1) << i;
-    const struct throttle__slot *s = &r->slot[i];
-    if (s->state == THROTTLE__SLOT_HOLDING) {
-      ro->hold |= bit;
-      if (s->cls == THROTTLE_CLASS_BACKFILL)
-        ro->hold_bf |= bit;
-      if (probe != 0 && s->ticket == probe)
-        ro->probe_held = true;
-    } else if (s->state == THROTTLE__SLOT_WAITING &&
-               s->cls <= THROTTLE_CLASS_BACKFILL) {
-      ro->wait[s->cls == THROTTLE_CLASS_BACKFILL] |= bit;
-    } else if (s->state == THROTTLE__SLOT_FREE) {
-      ro->free |= bit; /* changed since the first look (a bad writer) */
-    }
-  }
-}
-
-/* Slot i of r changed from what *ro read to state (of class cls): the
- * caller's copy kept in step, so it need not read the slots again. */
-static inline void roster_set(struct roster *ro, uint32_t i, int state,
-                              int cls) {
-  uint32_t bit = UINT32_C(1) << i;
-  ro->hold &= ~bit;
-  ro->hold_bf &= ~bit;
-  ro->wait[0] &= ~bit;
-  ro->wait[1] &= ~bit;
-  ro->free &= ~bit;
-  if (state == THROTTLE__SLOT_FREE)
-    ro->free |= bit;
-  else if (state == THROTTLE__SLOT_WAITING && cls <= THROTTLE_CLASS_BACKFILL)
-    ro->wait[cls == THROTTLE_CLASS_BACKFILL] |= bit;
-  else if (state == THROTTLE__SLOT_HOLDING)
-    ro->hold |= bit, ro->hold_bf |= cls == THROTTLE_CLASS_BACKFILL ? bit : 0;
-}
-
-/* The slots in mask: a loop per slot, as few are in use (the compiler's
- * popcount is a library call without -mpopcnt). */
-static uint32_t bits(uint32_t mask) {
-  uint32_t n = 0;
-  for (; mask != 0; mask &= mask - 1)
-    n++;
-  return n;
-}
-
-/* The oldest slot among mask (lowest ticket, then lowest index), or NULL. */
-static struct throttle__slot *oldest(struct throttle__rec *r, uint32_t mask) {
-  struct throttle__slot *best = NULL;
-  for (; mask != 0; mask &= mask - 1) {
-    struct throttle__slot *s = &r->slot[__builtin_ctz(mask)];
-    if (best == NULL || s->ticket < best->ticket)
-      best = s;
-  }
-  return best;
-}
-
-/* Grant as many waiters as the gate allows now, oldest first, live before
- * backfill.  *next is set to the next instant at which time alone could
- * open the gate (UINT64_MAX if none).  pre: the caller's roster of r, read
- * under this mutex hold and kept in step since (used and changed in place:
- * a copy of what was just stored field by field stalls the load), or NULL
- * to read one. */
-static void grant_locked(throttle_t *h, struct throttle__rec *r, uint64_t now,
-                         struct wake *w, uint64_t *next, struct roster *pre) {
-  *next = UINT64_MAX;
-  struct roster own;
-  if (pre == NULL)
-    roster_read(r, &own);
-  struct roster *ro = pre != NULL ? pre : &own;
-  if (r->probe_ticket != 0 && !ro->probe_held)
-    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
-  if ((ro->wait[THROTTLE_CLASS_LIVE] | ro->wait[THROTTLE_CLASS_BACKFILL]) == 0)
-    return; /* nobody to grant: the leave of the only holder stops here */
-  if (r->flags & THROTTLE__REC_PAUSED)
-    return;
-  uint64_t nb = throttle__clamp_nb_locked(h, r, now);
-  if (nb > now) {
-    *next = nb;
-    return;
-  }
-  bool scoped = !scopes_absent(h, r);
-  int scope = scoped ? throttle__scope_gate_locked(h, r, now, next)
-                     : THROTTLE__SCOPE_OPEN;
-  if (scope == THROTTLE__SCOPE_HELD)
-    return;
-  throttle__bound_rate(h, r, now);
-  uint32_t cap = throttle__cap_of(r);
-  uint32_t holders = bits(ro->hold);
-  uint32_t bf_holders = bits(ro->hold_bf);
-  uint32_t bf_cap = throttle__backfill_cap(r, cap);
-  while (holders < cap) {
-    if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
-      return; /* the probe is out: everyone else waits for its answer */
-    struct throttle__slot *s = oldest(r, ro->wait[THROTTLE_CLASS_LIVE]);
-    if (s == NULL && bf_holders < bf_cap)
-      s = oldest(r, ro->wait[THROTTLE_CLASS_BACKFILL]);
-    if (s == NULL ||
-        (scoped && !throttle__scope_pool_allows_locked(h, r, s, now, next)))
-      return;
-    uint64_t ready;
-    if (!throttle__rate_allows(r, now, &ready)) {
-      *next = ready;
-      return;
-    }
-    throttle__rate_take(r, now);
-    /* The grant times first: a crash after the state changes must not
-     * leave a holder timed by the slot's previous occupant (its lease
-     * would lapse at once and the slot be taken from a live holder). */
-    s->since_ns = now;
-    s->since_mono_ns = throttle__mono_at(now);
-    s->state = THROTTLE__SLOT_HOLDING;
-    THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
-    roster_set(ro, (uint32_t)(s - r->slot), THROTTLE__SLOT_HOLDING, s->cls);
-    holders++;
-    s->concurrent = (uint8_t)holders;
-    if (s->cls == THROTTLE_CLASS_BACKFILL)
-      bf_holders++;
-    s->probe = 0;
-    sat_inc(&r->admitted);
-    if (r->flags & THROTTLE__REC_EPISODE) {
-      s->probe = 1;
-      __atomic_store_n(&r->probe_ticket, s->ticket, __ATOMIC_RELEASE);
-      throttle__scope_touch(h); /* r may be a scope: its keys are held */
-      sat_inc(&r->probes);
-    }
-    bump(s);
-    /* Decided under the mutex, after the bump: a waiter counts itself in
-     * sleepers under the mutex before it unlocks to sleep, so either it is
-     * counted here or it read the bumped word (and will not sleep on the
-     * old one).  An uncontended grant of the caller's own slot wakes
-     * nobody: no system call. */
-    if (w != NULL && w->n < THROTTLE__SLOTS &&
-        atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
-      w->slot[w->n++] = s;
-    if (scoped)
-      throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
-    if (scope == THROTTLE__SCOPE_PROBE)
-      return; /* alone until the scope's answer */
-  }
-}
-
 /* ---- enter / leave --------------------------------------------------- */
 
 /* The slot of ticket t, or NULL when it is no longer there (reclaimed by
@@ -678,7 +262,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
   bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
-  struct wake w;
+  struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   for (;;) {
     if ((rc = throttle__lock(h)) != 0) {
@@ -720,7 +304,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     struct throttle__slot *s = registered ? my_slot(r, t) : NULL;
     /* One read of the slots serves the free-slot search and the grant
      * below, unless a reap in between may have changed them. */
-    struct roster ro;
+    struct throttle__roster ro;
     bool ro_ok = false;
     if (registered && s == NULL) {
       registered = false; /* reclaimed under us (lease, or a bad writer) */
@@ -730,7 +314,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       /* Canceled since we arrived, while we had no slot (more callers
        * than slots) or lost ours: a cancel ends every caller waiting at
        * its moment, not only those it found in a slot. */
-      sat_inc(&r->canceled);
+      throttle__sat_inc(&r->canceled);
       throttle__unlock(h);
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
       break;
@@ -740,11 +324,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         cancel_gen = r->cancel_gen;
         gen_taken = true;
       }
-      roster_read(r, &ro);
+      throttle__roster_read(r, &ro);
       ro_ok = true;
       if (ro.free != 0) {
         s = &r->slot[__builtin_ctz(ro.free)];
-      } else if (reap_locked(r, now, false)) {
+      } else if (throttle__reap(r, now, false)) {
         ro_ok = false;
         for (uint32_t i = 0; i < THROTTLE__SLOTS && s == NULL; i++)
           if (r->slot[i].state == THROTTLE__SLOT_FREE)
@@ -766,7 +350,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         t->slot = (uint32_t)(s - r->slot);
         t->ticket = s->ticket;
         if (ro_ok)
-          roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, cls);
+          throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, cls);
         registered = true;
         ovf_done(r, &ovf);
       } else if (!ovf) {
@@ -778,17 +362,17 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       }
     }
     if (s != NULL && s->state == THROTTLE__SLOT_CANCELED) {
-      free_slot(r, s);
-      sat_inc(&r->canceled);
+      throttle__free_slot(r, s);
+      throttle__sat_inc(&r->canceled);
       throttle__unlock(h);
       rc = throttle__fail(h, THROTTLE_ECANCELED, "%s: canceled", t->key);
       break;
     }
     uint64_t next;
     if (s != NULL && s->state == THROTTLE__SLOT_WAITING) {
-      if (reap_locked(r, now, false))
+      if (throttle__reap(r, now, false))
         ro_ok = false;
-      grant_locked(h, r, now, &w, &next, ro_ok ? &ro : NULL);
+      throttle__grant_locked(h, r, now, &w, &next, ro_ok ? &ro : NULL);
     } else {
       next = UINT64_MAX;
     }
@@ -797,7 +381,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
        * on as an abandoned admission would (a probe's turn passes to the
        * next waiter). */
       throttle__unlock(h);
-      wake_all(&w);
+      throttle__wake_all(&w);
       throttle_leave(h, t, THROTTLE_OUTCOME_ABANDONED, 0); /* frees t */
       t = NULL;
       rc = throttle__fail(h, THROTTLE_EINTR, "interrupted by the caller");
@@ -807,14 +391,14 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       t->probe = r->probe_ticket == s->ticket;
       s->lease_ms = h->lease_ms;
       throttle__unlock(h);
-      wake_all(&w);
+      throttle__wake_all(&w);
       *out = t;
       throttle__clear_msg(h);
       return 0;
     }
     /* Not admitted (yet).  A not-before beyond the deadline cannot be
      * waited out: say so now rather than sleep to the deadline.  Clamped:
-     * grant_locked() returns before clamping for a paused key, and a
+     * throttle__grant_locked() returns before clamping for a paused key, and a
      * stored not-before past the maximum delay would become the hint.
      * The hint, and giving up at once, count this process's own maximum
      * too (it never lets the gate admit it early; see throttle.h). */
@@ -825,11 +409,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         (nb > now && nb > deadline)) {
       ovf_done(r, &ovf);
       if (s != NULL)
-        free_slot(r, s);
-      grant_locked(h, r, now, &w, &next,
+        throttle__free_slot(r, s);
+      throttle__grant_locked(h, r, now, &w, &next,
                    NULL); /* our leaving may unblock others */
       throttle__unlock(h);
-      wake_all(&w);
+      throttle__wake_all(&w);
       if (wait_ms != NULL)
         *wait_ms = nb > now ? (nb - now + THROTTLE__NS_PER_MS - 1) /
                                   THROTTLE__NS_PER_MS
@@ -850,21 +434,21 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     _Atomic uint32_t *word = s != NULL ? &s->word : &r->epoch;
     uint32_t seen = atomic_load_explicit(word, memory_order_acquire);
-    /* Counted while the mutex is held (see grant_locked).  The pointer
-     * stays valid after unlocking (the segment stays mapped); the record
-     * cannot be reused while our slot waits in it, and if a bad writer
-     * made it so, a count off by one costs a wake too many, or a waiter's
-     * wake (it re-checks within POLL_NS): late, never early. */
+    /* Counted while the mutex is held (see throttle__grant_locked).  The
+     * pointer stays valid after unlocking (the segment stays mapped); the
+     * record cannot be reused while our slot waits in it, and if a bad
+     * writer made it so, a count off by one costs a wake too many, or a
+     * waiter's wake (it re-checks within POLL_NS): late, never early. */
     _Atomic uint32_t *sleepers = s != NULL ? &r->sleepers : NULL;
     if (sleepers != NULL)
       atomic_fetch_add_explicit(sleepers, 1, memory_order_acq_rel);
     throttle__unlock(h);
-    wake_all(&w);
+    throttle__wake_all(&w);
     /* Sleep until granted, or until time alone may open the gate (with
      * jitter, so the sleepers of one key do not all take the mutex in the
      * same instant), or the re-check bound, or the deadline. */
-    uint64_t until = now + POLL_NS; /* beyond the slots too: free_slot()
-                                       wakes the epoch */
+    /* beyond the slots too: throttle__free_slot() wakes the epoch */
+    uint64_t until = now + POLL_NS;
     if (next != UINT64_MAX && next < until)
       until = throttle__sat_add(
           next, throttle__random() % (THROTTLE__JITTER_MAX_NS / 5 + 1));
@@ -967,18 +551,18 @@ static bool publishes(throttle_outcome_t outcome) {
 static bool report_locked(throttle_t *h, struct throttle__rec *r,
                           throttle_ticket_t *t, throttle_outcome_t outcome,
                           uint64_t retry_after_ms, bool requeue, uint64_t now,
-                          struct wake *w) {
+                          struct throttle__wake *w) {
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
   /* One read of the slots for the learner's count and the grant below. */
-  struct roster ro;
-  roster_read(r, &ro);
+  struct throttle__roster ro;
+  throttle__roster_read(r, &ro);
   bool held = s != NULL && (ro.hold >> t->slot & 1);
   struct throttle__learn_in learn = {
       .outcome = outcome,
       .concurrent = held ? s->concurrent : 0,
-      .others = bits(ro.hold) - (held ? 1 : 0),
+      .others = throttle__bits(ro.hold) - (held ? 1 : 0),
       .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
       .retry_after_ms = retry_after_ms,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
@@ -988,10 +572,10 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
     s->since_ns = now;
-    roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, s->cls);
+    throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, s->cls);
   } else if (s != NULL) {
-    free_slot(r, s);
-    roster_set(&ro, t->slot, THROTTLE__SLOT_FREE, 0);
+    throttle__free_slot(r, s);
+    throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_FREE, 0);
   }
   if (probe) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
@@ -1003,9 +587,9 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     /* the lock is free */
     throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
   if (outcome == THROTTLE_OUTCOME_LOCKED)
-    sat_inc(&r->locked);
+    throttle__sat_inc(&r->locked);
   if (outcome == THROTTLE_OUTCOME_PERMANENT)
-    sat_inc(&r->permanent);
+    throttle__sat_inc(&r->permanent);
   if (publishes(outcome) &&
       throttle__publish_len(h, t->key, t->len, outcome) == t->len)
     throttle__publish_locked(h, r, now, delay_ns(retry_after_ms));
@@ -1014,7 +598,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   r->last_use_ns = now;
   THROTTLE__CRASHPOINT("gate-mid-leave"); /* slot freed, not handed over */
   uint64_t next;
-  grant_locked(h, r, now, w, &next, &ro);
+  throttle__grant_locked(h, r, now, w, &next, &ro);
   return s != NULL;
 }
 
@@ -1090,15 +674,15 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   if (r == NULL && publishes(outcome))
     rc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
                                  &r);
-  struct wake w;
+  struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||
                !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
                               &w);
-  if (r == NULL || !scopes_absent(h, r))
+  if (r == NULL || !throttle__scopes_absent(h, r))
     throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
   throttle__unlock(h);
-  wake_all(&w);
+  throttle__wake_all(&w);
   if (rc == 0 && bad_outcome)
     rc = throttle__fail(h, THROTTLE_EINVAL,
                         "unknown outcome; the slot was given back as "
@@ -1161,7 +745,7 @@ void throttle__cancel_locked(struct throttle__rec *r) {
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state == THROTTLE__SLOT_WAITING) {
       r->slot[i].state = THROTTLE__SLOT_CANCELED;
-      bump(&r->slot[i]);
+      throttle__slot_bump(&r->slot[i]);
     }
   atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
 }
