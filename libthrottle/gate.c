@@ -561,7 +561,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   bool held = s != NULL && (ro.hold >> t->slot & 1);
   struct throttle__learn_in learn = {
       .outcome = outcome,
-      .concurrent = held ? s->concurrent : 0,
+      .concurrent = s != NULL && held ? s->concurrent : 0,
       .others = throttle__bits(ro.hold) - (held ? 1 : 0),
       .hold_ns = s != NULL && now > s->since_ns ? now - s->since_ns : 0,
       .retry_after_ms = retry_after_ms,
