@@ -23,6 +23,8 @@ B=${B:-build}
 case "$B" in /*) ;; *) B="$top/$B" ;; esac
 ctl="$B/throttlectl"
 . "$top/tests/redis_lib.sh"
+. "$top/tests/check_lib.sh"
+. "$top/tests/mock_lib.sh"
 
 if ! command -v redis-server >/dev/null 2>&1; then
   echo "SKIP test_redis_fleet: redis-server is not installed (make deps)"
@@ -44,7 +46,7 @@ segB="tt-rf-b-$$"
 segC="tt-rf-c-$$"
 cleanup() {
   for p in $pids; do kill "$p" 2>/dev/null; done
-  [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  mock_stop
   redis_stop
   rm -f "/dev/shm/$segA" "/dev/shm/$segB" "/dev/shm/$segC"
   rm -rf "$tmp"
@@ -52,40 +54,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-fails=0
-check() { # name expected actual
-  if [ "$2" = "$3" ]; then echo "ok   $1"; else
-    echo "FAIL $1: expected [$2], got [$3]"; fails=$((fails + 1)); fi
-}
-check_le() { # name max actual
-  if [ "$3" -le "$2" ]; then echo "ok   $1 ($3 <= $2)"; else
-    echo "FAIL $1: $3 > $2"; fails=$((fails + 1)); fi
-}
 
 redis_start "$tmp/redis" || { echo "FAIL redis-server did not start"; exit 1; }
 export THROTTLE_BACKEND="$REDIS_URL"
 export THROTTLE_BACKEND_MODULE="$B/libthrottle-redis.so.1"
 
-rm -f "$tmp/port"
-python3 "$top/tests/mock_server.py" --port 0 --port-file "$tmp/port" \
-  --service-ms 20 --retry-after 1 &
-srv=$!
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-[ -s "$tmp/port" ] || { echo "FAIL the mock server did not start"; exit 1; }
-U="http://127.0.0.1:$(cat "$tmp/port")"
+mock_start "$top/tests" "$tmp" --service-ms 20 --retry-after 1 ||
+  { echo "FAIL the mock server did not start"; exit 1; }
 KEY="hotdata:127.0.0.1/orders"
-
-admin() { # what json
-  python3 -c 'import sys, urllib.request as u
-u.urlopen(u.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST"), timeout=10).read()' \
-    "$U/admin/$1" "$2"
-}
-stat() { # a /stats expression
-  python3 -c 'import json, sys, urllib.request as u
-d = json.load(u.urlopen(sys.argv[1], timeout=10))
-print(eval(sys.argv[2], {}, d))' "$U/stats" "$1"
-}
 
 mkdir "$tmp/files"
 n=1
@@ -140,9 +116,9 @@ collect() {
 fleet fleet "" 12 4
 collect
 check "2x12 loads: every process exits 0" 0 "$bad"
-check "2x12 loads: loads_ok" 96 "$(stat loads_ok)"
-check "2x12 loads: early" 0 "$(stat early)"
-check_le "2x12 loads: refused" 3 "$(stat refused)"
+check "2x12 loads: loads_ok" 96 "$(mock_stat loads_ok)"
+check "2x12 loads: early" 0 "$(mock_stat early)"
+check_le "2x12 loads: refused" 3 "$(mock_stat refused)"
 
 # ---- an external hold; host B an hour ahead --------------------------------
 HOLD_MS=3000
@@ -152,21 +128,21 @@ if command -v faketime >/dev/null 2>&1; then
 else
   echo "note: faketime is not installed; host B runs on the real clock"
 fi
-admin reset '{}'
+mock_admin reset '{}'
 "$ctl" reset >/dev/null 2>&1
-admin hold "{\"table\": \"orders\", \"ms\": $HOLD_MS}"
+mock_admin hold "{\"table\": \"orders\", \"ms\": $HOLD_MS}"
 fleet hold "$wrapB" 4 1
 collect
 check "hold: every process exits 0" 0 "$bad"
-check "hold: loads_ok" 8 "$(stat loads_ok)"
-check "hold: early (host B an hour ahead)" 0 "$(stat early)"
-check_le "hold: refused, in all hosts" $((HOLD_MS / 1000 + 3)) "$(stat refused)"
+check "hold: loads_ok" 8 "$(mock_stat loads_ok)"
+check "hold: early (host B an hour ahead)" 0 "$(mock_stat early)"
+check_le "hold: refused, in all hosts" $((HOLD_MS / 1000 + 3)) "$(mock_stat refused)"
 
 # ---- kill -9 of redis-server mid-run, back 2 s later -----------------------
-admin reset '{}'
+mock_admin reset '{}'
 "$ctl" reset >/dev/null 2>&1
-admin hold "{\"table\": \"orders\", \"ms\": 1500}"
-admin hold "{\"table\": \"orders_b\", \"ms\": 1500}"
+mock_admin hold "{\"table\": \"orders\", \"ms\": 1500}"
+mock_admin hold "{\"table\": \"orders_b\", \"ms\": 1500}"
 TABLE_B=orders_b
 fleet crash "" 6 2
 sleep 0.5
@@ -175,19 +151,19 @@ sleep 2
 redis_start "$tmp/redis" || { echo "FAIL redis-server did not restart"; exit 1; }
 collect
 check "redis killed: every process exits 0" 0 "$bad"
-check "redis killed: loads_ok" 24 "$(stat loads_ok)"
+check "redis killed: loads_ok" 24 "$(mock_stat loads_ok)"
 # While Redis comes back, a host's callers still queued in its segment and
 # those admitted by Redis are two gates for a moment: one request per host
 # may race the other's refusal.  More than that is a fault.
-check_le "redis killed: early within host A" 1 "$(stat "tables['orders']['early']")"
-check_le "redis killed: early within host B" 1 "$(stat "tables['orders_b']['early']")"
-echo "redis killed: refused $(stat refused), early across hosts $(stat early)"
+check_le "redis killed: early within host A" 1 "$(mock_stat "tables['orders']['early']")"
+check_le "redis killed: early within host B" 1 "$(mock_stat "tables['orders_b']['early']")"
+echo "redis killed: refused $(mock_stat refused), early across hosts $(mock_stat early)"
 
 # ---- a Python process (ctypes on libthrottle.so.1) and C processes -----------
 # The shared library, not relinked, loads the module from its own directory.
 pyk="py:ws/table"
 pyrem() { # prints throttle_remaining() of $pyk as Python sees it
-  THROTTLE_SEGMENT="/$segA" env -u THROTTLE_BACKEND_MODULE python3 -c '
+  THROTTLE_SEGMENT="/$segA" env -u THROTTLE_BACKEND_MODULE "$PY" -c '
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 h = ctypes.c_void_p()
@@ -201,7 +177,7 @@ print(ms.value if rc == 0 else "error %d" % rc)' "$B/libthrottle.so.1" "$pyk" "$
 }
 left=$(pyrem backoff)
 check "python: published through Redis" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
-left=$(THROTTLE_SEGMENT="/$segB" "$ctl" show "$pyk" --json | python3 -c 'import json, sys
+left=$(THROTTLE_SEGMENT="/$segB" "$ctl" show "$pyk" --json | "$PY" -c 'import json, sys
 print(json.load(sys.stdin)["remaining_ms"])')
 check "C on another host: sees it" yes "$([ "$left" -gt 50000 ] 2>/dev/null && echo yes || echo "$left")"
 THROTTLE_SEGMENT="/$segB" "$ctl" clear "$pyk"
