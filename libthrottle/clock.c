@@ -99,7 +99,7 @@ uint64_t throttle__mono_at(uint64_t now) {
    * host never suspended has a difference of 0, which the later reading
    * of mono can make "negative": 0 then, the estimate again never early. */
   off_ns = now > mono ? now - mono : 0;
-  off_at = now != 0 ? now : 0;
+  off_at = now;
   return mono;
 }
 

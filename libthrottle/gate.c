@@ -23,10 +23,9 @@
  *
  * Dead holders (gate_live.c, gate_grant.c).  A holder is reclaimed at the
  * next look (at most every 50 ms per key, only when someone waits) once
- * there is
- * evidence it died; one that cannot be judged (another PID namespace,
- * /proc hidden) and a live but hung one are reclaimed when their lease
- * lapses.
+ * there is evidence it died; one that cannot be judged (another PID
+ * namespace, /proc hidden) and a live but hung one are reclaimed when
+ * their lease lapses.
  *
  * Waiting (throttle__sleep) is cut into slices when the caller set an
  * interrupt check; an interrupted caller gives back its place, or a slot
@@ -71,8 +70,9 @@
  * Beyond THROTTLE__SLOTS participants, a caller takes its arrival ticket at
  * once and sleeps on the record's epoch, which throttle__free_slot() bumps
  * and wakes while such callers are counted; when it registers, the ticket
- * it arrived with keeps its place in the FIFO order.  Rejected: a queue of overflow
- * callers in shared memory (unbounded, and a dead one would block it).
+ * it arrived with keeps its place in the FIFO order.  Rejected: a queue of
+ * overflow callers in shared memory (unbounded, and a dead one would block
+ * it).
  */
 #include "backend.h"
 
@@ -410,8 +410,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       ovf_done(r, &ovf);
       if (s != NULL)
         throttle__free_slot(r, s);
-      throttle__grant_locked(h, r, now, &w, &next,
-                   NULL); /* our leaving may unblock others */
+      /* our leaving may unblock others */
+      throttle__grant_locked(h, r, now, &w, &next, NULL);
       throttle__unlock(h);
       throttle__wake_all(&w);
       if (wait_ms != NULL)
