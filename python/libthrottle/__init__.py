@@ -19,15 +19,15 @@ Errors: every THROTTLE_E* code is a subclass of libthrottle.Error named
 after it (libthrottle.EFULL, libthrottle.ETIMEDOUT, ...); request() raises
 PermanentError and GaveUp.  The module layout: _capi (finding the library,
 the prototypes), _errors (the exceptions), _base (argument checks),
-_answers (classification, Retry-After), _throttle (Throttle, Admission),
+_answers (classification, Retry-After), _throttle (Throttle), _admission (Admission),
 _http (the retry loop, request), requests (an adapter for requests).
 """
 
 from ._errors import Error, GaveUp, PermanentError, RequestError
 from ._answers import Outcome, classify, parse_retry_after
 from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
-from ._throttle import (Admission, FallbackWarning, StaleAdmissionWarning,
-                        Throttle)
+from ._admission import Admission, StaleAdmissionWarning
+from ._throttle import FallbackWarning, Throttle
 from ._http import TransportError, default_throttle, request, run
 
 # One module attribute per C error code: libthrottle.EFULL, ...

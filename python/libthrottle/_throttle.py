@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""_throttle.py — the Pythonic layer over the C API: Throttle (a handle),
-Admission (a context manager around throttle_enter/throttle_leave),
-Outcome, and the module functions classify() and parse_retry_after().
+"""_throttle.py — the Pythonic layer over the C API: Throttle, a handle
+(throttle_open) and its calls, named after the C functions; admit() makes
+the Admissions of _admission.py.
 
 Arguments are checked (_base.py) before they reach C; answers are read
 by the C library's rules (_answers.py).
@@ -43,12 +43,12 @@ import warnings
 import weakref
 
 from . import _capi
-from ._answers import Outcome, outcome_of, parse_retry_after
+from ._admission import Admission
+from ._answers import parse_retry_after
 from ._base import (_GROUP_SHARED, _NO_CREATE, _NO_FALLBACK, FOREVER,
                     HAVE_INTERRUPT, INTERRUPT_PERIOD_MS, OUTCOMES, SLICE_MS,
-                    UINT32_MAX, _EINTR, _ESTALE, _ETIMEDOUT, _EWOULDBLOCK,
-                    _core, _invalid, _key, _klass, _ms, _number, _text, _uint,
-                    error)
+                    UINT32_MAX, _EINTR, _ETIMEDOUT, _EWOULDBLOCK, _core,
+                    _invalid, _key, _klass, _ms, _text, _uint, error)
 from ._errors import Error
 
 
@@ -112,6 +112,20 @@ def _signal_checker(owner_ref):
 _LEVELS = {"key": 0, "root": -1}
 
 
+def _publish_level(kind, level):
+    """(outcome, level) for one entry of publish={kind: level}."""
+    if kind not in ("locked", "rate_limited", "unavailable"):
+        raise _invalid("publish: %r is not locked, rate_limited or "
+                       "unavailable" % (kind,))
+    if isinstance(level, str) and level in _LEVELS:
+        return OUTCOMES[kind], _LEVELS[level]
+    if isinstance(level, int) and not isinstance(level, bool) \
+            and 1 <= level <= 255:
+        return OUTCOMES[kind], level
+    raise _invalid("publish: level %r for %s is not \"key\", "
+                   "\"root\" or 1 to 255" % (level, kind))
+
+
 def _publish_levels(publish):
     """[(outcome, level)] from Throttle(publish={kind: level})."""
     if publish is None:
@@ -119,21 +133,7 @@ def _publish_levels(publish):
     if not isinstance(publish, dict):
         raise TypeError("publish must be a dict, not %s"
                         % type(publish).__name__)
-    out = []
-    for kind, level in publish.items():
-        if kind not in ("locked", "rate_limited", "unavailable"):
-            raise _invalid("publish: %r is not locked, rate_limited or "
-                           "unavailable" % (kind,))
-        if isinstance(level, str) and level in _LEVELS:
-            n = _LEVELS[level]
-        elif isinstance(level, int) and not isinstance(level, bool) \
-                and 1 <= level <= 255:
-            n = level
-        else:
-            raise _invalid("publish: level %r for %s is not \"key\", "
-                           "\"root\" or 1 to 255" % (level, kind))
-        out.append((OUTCOMES[kind], n))
-    return out
+    return [_publish_level(kind, level) for kind, level in publish.items()]
 
 
 class Throttle:
@@ -141,7 +141,7 @@ class Throttle:
 
     Throttle(segment=None, max_delay=None, *, keys=None, lock_timeout=None,
              lease=None, group_shared=False, no_fallback=False,
-             no_create=False, publish=None)
+             no_create=False, publish=None, backend=None)
 
     Unset settings come from the environment (THROTTLE_SEGMENT, ...) and
     then the library's defaults; times are in seconds.  When the segment
@@ -152,18 +152,22 @@ class Throttle:
     back-off goes, per kind: {"locked": "key", "rate_limited": "root",
     "unavailable": "root"} is the default (a table's lock is the table's,
     a 429 or 503 the workspace's); a level is "key", "root" or N (the key's
-    first N parts).  One Throttle may be shared by
+    first N parts).  backend shares keys across hosts:
+    "redis://[:PASSWORD@]HOST[:PORT][/DB]", "unix:///PATH/redis.sock[?db=N]"
+    or "shm" (default: $THROTTLE_BACKEND, else "shm"); while Redis cannot
+    be reached the host's segment serves.  One Throttle may be shared by
     threads, and by processes forked after it was made."""
 
     def __init__(self, segment=None, max_delay=None, *, keys=None,
                  lock_timeout=None, lease=None, group_shared=False,
-                 no_fallback=False, no_create=False, publish=None):
+                 no_fallback=False, no_create=False, publish=None,
+                 backend=None):
         self._publish = _publish_levels(publish)  # checks every value
         self._settings = dict(segment=segment, max_delay=max_delay, keys=keys,
                               lock_timeout=lock_timeout, lease=lease,
                               group_shared=group_shared,
                               no_fallback=no_fallback, no_create=no_create,
-                              publish=publish)
+                              publish=dict(publish or {}), backend=backend)
         self._closed = False
         self._lock = threading.Lock()
         self._busy = 0
@@ -181,16 +185,17 @@ class Throttle:
             raise
         self.open_error = error(rc, msg) if rc != 0 else None
         if rc != 0:
-            warnings.warn(FallbackWarning(
-                "libthrottle: %s; continuing with process-private back-off"
-                % msg), stacklevel=2)
+            # a refused backend leaves the segment working: say which
+            warnings.warn(FallbackWarning("libthrottle: %s; continuing %s" % (
+                msg, "on this host's segment alone" if self.shared
+                else "with process-private back-off")), stacklevel=2)
         _live.add(self)
 
     # -- opening and closing
 
     @staticmethod
     def _config(segment, max_delay, keys, lock_timeout, lease, group_shared,
-                no_fallback, no_create):
+                no_fallback, no_create, backend):
         cfg = _core.throttle_config_new()
         if not cfg:
             raise MemoryError("throttle_config_new")
@@ -200,15 +205,11 @@ class Throttle:
                     raise error(rc, "%s: %r: %s" % (
                         what, value, _text(_core.throttle_strerror(rc))))
             if segment is not None:
-                if not isinstance(segment, (str, bytes)):
-                    raise TypeError("segment must be str or bytes, not %s"
-                                    % type(segment).__name__)
-                raw = segment.encode() if isinstance(segment, str) else segment
-                if b"\0" in raw:
-                    raise _invalid("segment name %r contains a NUL byte"
-                                   % (segment,))
-                setting(_core.throttle_config_set_segment(cfg, raw),
-                        "segment", segment)
+                setting(_core.throttle_config_set_segment(
+                    cfg, _cstring(segment, "segment")), "segment", segment)
+            if backend is not None:
+                setting(_core.throttle_config_set_backend(
+                    cfg, _cstring(backend, "backend")), "backend", backend)
             if max_delay is not None:
                 setting(_core.throttle_config_set_max_delay(
                     cfg, _ms(max_delay, "max_delay")), "max_delay", max_delay)
@@ -403,13 +404,42 @@ class Throttle:
         """True when the segment is shared; False on private memory."""
         return self._h is not None and self._h.shared
 
-    @property
-    def segment(self):
+    def _string(self, fn):
+        """fn(handle): a string the handle owns, as str."""
         h = self._use()
         try:
-            return _text(_core.throttle_segment_name(h.ptr))
+            return _text(fn(h.ptr))
         finally:
             self._done()
+
+    @property
+    def backend(self):
+        """What keys are shared through: "shm" (this host's segment), or
+        the Redis URL with any password shown as "***"."""
+        return self._string(_core.throttle_backend)
+
+    def set_publish_level(self, kind, level):
+        """Where this Throttle publishes a reported back-off of kind
+        ("locked", "rate_limited", "unavailable"): "key", "root" or N (the
+        key's first N parts), as Throttle(publish=...).  Per Throttle,
+        not shared with other processes."""
+        outcome, n = _publish_level(kind, level)
+        with self._lock:
+            if self._closed:
+                raise _invalid("operation on a closed Throttle")
+            handles = [h for h in (self._h, self._main) if h is not None]
+            for h in handles:
+                rc = _core.throttle_set_publish_level(h.ptr, outcome, n)
+                if rc != 0:
+                    raise error(rc, _text(_core.throttle_errmsg(h.ptr)))
+            # for a main-thread handle opened later, and a spawned child
+            self._publish = [p for p in self._publish if p[0] != outcome]
+            self._publish.append((outcome, n))
+            self._settings["publish"][kind] = level
+
+    @property
+    def segment(self):
+        return self._string(_core.throttle_segment_name)
 
     # -- back-off
 
@@ -507,7 +537,9 @@ class Throttle:
         k = _key(key)
         cls = _klass(klass)
         ticket = ctypes.c_void_p()
-        h = self._use()
+        # the main thread's admissions live on its interruptible handle,
+        # where a later requeue() can be interrupted
+        h = self._use(blocking=True)
         try:
             rc = _core.throttle_try_enter(h.ptr, k, cls, ctypes.byref(ticket),
                                           None)
@@ -528,6 +560,12 @@ class Throttle:
             n = 0
         self._call(_core.throttle_set_max_parallel, _key(key),
                    _uint(n, "n", UINT32_MAX))
+
+    def set_max_parallel_auto(self, key, max=0):
+        """Learn key's cap from the server's answers, never above max
+        (1 to 32; 0: no bound but the library's 32)."""
+        self._call(_core.throttle_set_max_parallel_auto, _key(key),
+                   _uint(max, "max", UINT32_MAX))
 
     def set_rate(self, key, n, period):
         """At most n admissions per period seconds (n = 0: no rate)."""
@@ -569,7 +607,12 @@ class Throttle:
     def info(self, key):
         """A snapshot of one key: a dict with the fields of
         throttle_field_name() ("remaining_ms", "in_flight", "cap", ...),
-        "key", and "holders" (pid, age_ms, klass, probe)."""
+        "key", "scope" (the key's own scope: its prefix at the last '/', or
+        None), and "holders" (pid, age_ms, klass, probe, and host: "" on
+        the segment, the holder's host on Redis).  A scope's snapshot is
+        its own record (its back-off, pause, pool cap and in_flight);
+        beneath() sums its keys.  ENOKEY when nothing was ever set or
+        published on it."""
         out = ctypes.c_void_p()
         self._call(_core.throttle_info, _key(key), ctypes.byref(out))
         try:
@@ -602,6 +645,19 @@ class Throttle:
             self._done()
         return found
 
+    def beneath(self, scope):
+        """What the keys beneath scope do, as `throttlectl show SCOPE`:
+        {"keys": n, "in_flight": n, "waiting": n} summed over every key
+        whose name starts with scope + "/"."""
+        prefix = _text(_key(scope)) + "/"
+        out = {"keys": 0, "in_flight": 0, "waiting": 0}
+        for k in self.keys():
+            if k["key"].startswith(prefix):
+                out["keys"] += 1
+                out["in_flight"] += k["in_flight"]
+                out["waiting"] += k["waiting_live"] + k["waiting_backfill"]
+        return out
+
     def stats(self):
         """Segment-wide figures: capacity, used, evictions, repairs."""
         v = [ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(),
@@ -612,13 +668,9 @@ class Throttle:
 
 
 class FallbackWarning(RuntimeWarning):
-    """The segment could not be used: back-off holds within this process
-    only.  The message names the cause and the fix."""
-
-
-class StaleAdmissionWarning(RuntimeWarning):
-    """An admission was reported after the library had taken it back from
-    a holder that looked hung (its lease lapsed)."""
+    """The segment (back-off then holds within this process only) or the
+    backend (then within this host only) could not be used.  The message
+    names the cause and the fix."""
 
 
 def _reopen(settings):
@@ -634,16 +686,29 @@ def _nap(seconds, deadline):
         time.sleep(seconds)
 
 
+def _cstring(value, what):
+    """A str or bytes setting as the C string it is (no NUL inside)."""
+    if not isinstance(value, (str, bytes)):
+        raise TypeError("%s must be str or bytes, not %s"
+                        % (what, type(value).__name__))
+    raw = value.encode() if isinstance(value, str) else value
+    if b"\0" in raw:
+        raise _invalid("%s %r contains a NUL byte" % (what, value))
+    return raw
+
+
 _FIELDS = []
 while True:
-    _name = _core.throttle_field_name(len(_FIELDS))
-    if _name is None:
+    _field = _core.throttle_field_name(len(_FIELDS))
+    if _field is None:
         break
-    _FIELDS.append(_text(_name))
+    _FIELDS.append(_text(_field))
 
 
 def _snapshot(info):
-    d = {"key": _text(_core.throttle_info_key(info))}
+    key = _text(_core.throttle_info_key(info))
+    # the key's own scope, its prefix at the last '/' (as throttlectl's JSON)
+    d = {"key": key, "scope": key.rpartition("/")[0] or None}
     for i, name in enumerate(_FIELDS):
         d[name] = _core.throttle_info_get(info, i)
     holders = []
@@ -654,116 +719,8 @@ def _snapshot(info):
                                      ctypes.byref(probe)) == 0:
         holders.append({"pid": pid.value, "age_ms": age.value,
                         "klass": "backfill" if cls.value else "live",
-                        "probe": bool(probe.value)})
+                        "probe": bool(probe.value),
+                        "host": _text(_core.throttle_info_holder_host(
+                            info, len(holders)))})
     d["holders"] = holders
     return d
-
-
-# ---- admissions ---------------------------------------------------------------------
-
-class Admission:
-    """An admission (throttle_enter), given back exactly once: by
-    report() (an HTTP answer), leave() (an outcome by name), or on leaving
-    the with block: as "transient" (FAILED) when an exception left it, as
-    "abandoned" when nothing was reported.  .probe is True for the probe
-    of a lock episode.  Belongs to the process that made it."""
-
-    def __init__(self, owner, handle, ticket, key):
-        self._owner = owner
-        self._handle = handle  # kept alive with its ticket
-        self._ticket = ticket
-        self._pid = os.getpid()
-        self.key = key
-        self.probe = bool(_core.throttle_ticket_is_probe(ticket))
-        self.outcome = None
-        owner._busy_add()
-
-    @property
-    def held(self):
-        return self._ticket is not None
-
-    def report(self, status, headers=None, body=b"", locked_codes=None):
-        """Classify the answer (the C library's rules), publish what it
-        asks for (lock, 429, 503: its Retry-After for every process) and
-        give the slot back.  Returns the Outcome."""
-        self._check()
-        out = outcome_of(status, headers, body, locked_codes)
-        self._leave(out.kind, out.retry_after)
-        self.outcome = out
-        return out
-
-    def leave(self, kind="ok", retry_after=None):
-        """Give the slot back with an outcome by name (OUTCOMES) and, for
-        "locked", "rate_limited" and "unavailable", the seconds to publish
-        (None: the library's default)."""
-        self._check()
-        if not isinstance(kind, str):
-            raise TypeError("kind must be a str")
-        if kind not in OUTCOMES:
-            raise _invalid("unknown outcome %r (one of %s)"
-                           % (kind, ", ".join(sorted(OUTCOMES))))
-        if retry_after is not None:
-            _number(retry_after, "retry_after")
-        self._leave(kind, retry_after)
-        self.outcome = Outcome(kind, retry_after)
-        return self.outcome
-
-    def _check(self):
-        if self._ticket is None:
-            raise _invalid("this admission was already given back")
-        if self._pid != os.getpid():
-            raise _invalid("this admission belongs to process %d" % self._pid)
-
-    def _leave(self, kind, retry_after):
-        ticket, self._ticket = self._ticket, None
-        if retry_after is None:
-            ms = 0  # the library's default delay
-        else:
-            # an explicit "Retry-After: 0" is 1 ms: 0 means the default
-            ms = max(1, _ms(retry_after, "retry_after"))
-        try:
-            rc = _core.throttle_leave(self._handle.ptr, ticket,
-                                      OUTCOMES[kind], ms)
-            if rc == _ESTALE:
-                # taken back already (the lease lapsed): the answer still
-                # counts (a back-off was published), nothing to give back
-                warnings.warn(StaleAdmissionWarning(
-                    "%s: the admission was taken back before it was "
-                    "reported (set the lease above the longest request)"
-                    % self.key), stacklevel=3)
-            elif rc != 0:
-                raise error(rc, _text(_core.throttle_errmsg(
-                    self._handle.ptr)))
-        finally:
-            self._owner._done()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        if self._ticket is not None and self._pid == os.getpid():
-            kind = "transient" if isinstance(ev, Exception) else "abandoned"
-            try:
-                self._leave(kind, None)
-            except Error:
-                if et is None:
-                    raise
-        return False
-
-    def __del__(self):
-        # dropped without being given back: give the slot back now rather
-        # than hold it until the lease lapses
-        if getattr(self, "_ticket", None) is not None and \
-                self._pid == os.getpid():
-            try:
-                self._leave("abandoned", None)
-            except Exception:
-                pass
-
-    def __reduce__(self):
-        raise TypeError("an Admission belongs to the process that made it")
-
-    def __repr__(self):
-        return "<Admission %r%s%s>" % (
-            self.key, " probe" if self.probe else "",
-            "" if self._ticket is not None else " (given back)")

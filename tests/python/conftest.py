@@ -11,6 +11,7 @@ B (the build directory) names where throttlectl and examples/loader are.
 
 import itertools
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -51,6 +52,43 @@ def spawn(*args, stdin=False, **env):
         env=child_env(**env), text=True)
 
 
+def spawn_ctl_hold(key, name, log, secs, **env):
+    """A C process holding key for secs: `throttlectl run KEY -- sh -c`
+    appending "start NAME" and "end NAME" to log (as worker.py hold)."""
+    ctl = os.path.join(BUILD, "throttlectl")
+    if not os.path.exists(ctl):
+        pytest.fail("%s is missing (make)" % ctl)
+    script = ('echo "start %s" >> "%s"; sleep %s; echo "end %s" >> "%s"'
+              % (name, log, secs, name, log))
+    return subprocess.Popen(
+        [ctl, "run", key, "--timeout", "60", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(**env))
+
+
+def one_at_a_time(names):
+    """The log of holders that went one at a time, in the order names."""
+    return [w for n in names for w in ("start " + n, "end " + n)]
+
+
+def _call_in_child(adm, name, args, q):
+    try:
+        getattr(adm, name)(*args)
+        q.put("done")
+    except libthrottle.EINVAL as e:
+        q.put("EINVAL: %s" % e)
+
+
+def in_fork_child(adm, name, *args):
+    """adm.name(*args) in a forked child: "done", or "EINVAL: message"."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_call_in_child, args=(adm, name, args, q))
+    p.start()
+    p.join(60)
+    return q.get(timeout=10)
+
+
 def start_together(procs):
     """Release load workers (worker.py load) once all are ready."""
     for p in procs:
@@ -74,6 +112,15 @@ def until(cond, timeout=20, what="condition"):
     while not cond():
         assert time.monotonic() < end, "timed out waiting for " + what
         time.sleep(0.01)
+
+
+def field(t, key, name):
+    """A field of key's snapshot, 0 while the key has no record yet (a
+    waiter that has not reached the segment yet)."""
+    try:
+        return t.info(key)[name]
+    except libthrottle.ENOKEY:
+        return 0
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ Throttle passed to a "spawn" child, and Python and C processes
 
 import multiprocessing
 import os
-import subprocess
 
 import pytest
 
-import libthrottle
-from conftest import BUILD, spawn, until
+from conftest import (in_fork_child, one_at_a_time, spawn, spawn_ctl_hold,
+                      until)
 
 KEY = "hotdata:ws1/orders"
 
@@ -62,22 +61,10 @@ def test_fork_children_use_the_parent_s_handle(t, tmp_path):
     assert overlap([w for w in lines if w in ("start", "end")]) <= 2
 
 
-def _report_parent_s(adm, q):
-    try:
-        adm.report(200)
-        q.put("reported")
-    except libthrottle.EINVAL as e:
-        q.put("EINVAL: %s" % e)
-
-
 def test_fork_child_cannot_report_the_parent_s_admission(t):
     adm = t.admit(KEY)
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_report_parent_s, args=(adm, q))
-    p.start()
-    p.join(60)
-    assert q.get(timeout=10).startswith("EINVAL: this admission belongs")
+    assert in_fork_child(adm, "report", 200).startswith(
+        "EINVAL: this admission belongs")
     assert t.info(KEY)["in_flight"] == 1  # still the parent's
     adm.report(200)
     assert t.info(KEY)["in_flight"] == 0
@@ -110,9 +97,6 @@ def test_admission_cannot_be_pickled(t):
 
 
 def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
-    ctl = os.path.join(BUILD, "throttlectl")
-    if not os.path.exists(ctl):
-        pytest.fail("%s is missing (make)" % ctl)
     log = str(tmp_path / "log")
     t.set_max_parallel(KEY, 1)
     holder = t.admit(KEY)
@@ -122,12 +106,7 @@ def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
         if name.startswith("py"):
             p = spawn("hold", KEY, name, log, 0.05)
         else:
-            script = ('echo "start %s" >> "%s"; sleep 0.05; '
-                      'echo "end %s" >> "%s"' % (name, log, name, log))
-            p = subprocess.Popen([ctl, "run", KEY, "--timeout", "60", "--",
-                                  "sh", "-c", script],
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+            p = spawn_ctl_hold(KEY, name, log, 0.05)
         procs.append(p)
         # queued in this order: the next starts once this one waits
         until(lambda: t.info(KEY)["waiting_live"] == i + 1,
@@ -138,8 +117,6 @@ def test_python_and_c_processes_keep_cap_and_fifo(t, segment, tmp_path):
         assert p.returncode == 0, (out, err)
     with open(log) as f:
         lines = f.read().splitlines()
-    expect = []
-    for name in names:
-        expect += ["start " + name, "end " + name]
-    assert lines == expect  # one at a time (cap 1), first come first served
+    # one at a time (cap 1), first come first served
+    assert lines == one_at_a_time(names)
     assert t.info(KEY)["in_flight"] == 0

@@ -269,9 +269,12 @@ def test_request_external_hold_one_refusal_per_retry_after(mock, segment,
     st = mock.stats()
     with capsys.disabled():
         print("\n[figures] 8 Python processes, 3 s external hold, "
-              "Retry-After 1: refused %d, early %d, loaded %d, %.2f s"
-              % (st["refused"], st["early"], st["loads_ok"], elapsed))
-    assert st["loads_ok"] == 8 and st["early"] == 0
+              "Retry-After 1: refused %d, early %d (race %d), loaded %d, "
+              "%.2f s" % (st["refused"], st["early"], st["early_race"],
+                          st["loads_ok"], elapsed))
+    # requests of the first wave sent before the first refusal could be
+    # published are races, which I1 allows; the mock counts them apart
+    assert st["loads_ok"] == 8 and early(st) == 0
     # about one refusal per Retry-After (1 s) of the hold, not per process
     assert st["refused"] <= hold_ms // 1000 + 3
 

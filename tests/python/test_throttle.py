@@ -445,7 +445,10 @@ def test_closed_handle_every_call_is_einval(segment):
                  lambda: t.try_admit(KEY), lambda: t.clear(KEY),
                  lambda: t.reset(), lambda: t.info(KEY), lambda: t.keys(),
                  lambda: t.stats(), lambda: t.pause(KEY),
-                 lambda: t.set_rate(KEY, 1, 1), lambda: t.segment):
+                 lambda: t.set_rate(KEY, 1, 1), lambda: t.segment,
+                 lambda: t.backend, lambda: t.beneath("hotdata:ws1"),
+                 lambda: t.set_max_parallel_auto(KEY, 4),
+                 lambda: t.set_publish_level("locked", "root")):
         with pytest.raises(libthrottle.EINVAL, match="closed"):
             call()
 

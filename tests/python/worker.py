@@ -9,9 +9,15 @@ time.monotonic() stamps (CLOCK_MONOTONIC is the same in every process).
                            one gave up
   wait KEY                 "ready", then Throttle.wait(KEY)
   admit KEY [KLASS]        "ready", then admit; "admitted T"; a line on
-                           standard input gives the slot back as "ok"
-  hold KEY NAME LOG SECS   admit, append "start NAME" to LOG, sleep SECS,
+                           standard input gives the slot back as "ok";
+                           "canceled T" and exit 3 when the wait is
+                           canceled (throttle_cancel on the key or a scope)
+  hold KEY NAME LOG SECS [KLASS]
+                           admit, append "start NAME" to LOG, sleep SECS,
                            append "end NAME", report ok
+  requeue KEY              "ready", admit, "admitted T", then requeue the
+                           admission as locked with Retry-After 60: it
+                           waits in its own place; "requeued T" after
   held KEY                 admit, "admitted T", then sleep inside the with
                            block until interrupted; after the interrupt
                            "released", then wait for standard input
@@ -78,17 +84,31 @@ def main(argv):
         return 0
     if cmd == "admit":
         say("ready")
-        with t.admit(key, argv[2] if len(argv) > 2 else "live") as adm:
+        try:
+            adm = t.admit(key, argv[2] if len(argv) > 2 else "live")
+        except libthrottle.ECANCELED:
+            say("canceled", now())
+            return 3
+        with adm:
             say("admitted", now())
             sys.stdin.readline()
             adm.leave("ok")
         return 0
     if cmd == "hold":
         name, log, secs = argv[2], argv[3], float(argv[4])
-        with t.admit(key, timeout=60) as adm:
+        klass = argv[5] if len(argv) > 5 else "live"
+        with t.admit(key, klass, timeout=60) as adm:
             append(log, "start " + name)
             time.sleep(secs)
             append(log, "end " + name)
+            adm.leave("ok")
+        return 0
+    if cmd == "requeue":
+        say("ready")
+        with t.admit(key) as adm:
+            say("admitted", now())
+            adm.requeue("locked", 60)
+            say("requeued", now())
             adm.leave("ok")
         return 0
     if cmd == "held":
