@@ -170,7 +170,8 @@ static int first_admitted(const struct board *b) {
   return f;
 }
 
-/* A back-off of backoff_ms on "ws1", then one child per table enters; the
+/* A back-off of backoff_ms on "ws1" (none: 0), then one child per table
+ * enters; the
  * first admitted answers with o after holding hold_ms.  *first = its table. */
 static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
                                  uint64_t hold_ms, throttle_outcome_t o,
@@ -179,7 +180,8 @@ static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
   struct board *b = board_new();
   b->hold_ms = hold_ms;
   b->probe_outcome = o;
-  assert_int_equal(throttle_backoff(h, "ws1", backoff_ms), 0);
+  if (backoff_ms != 0) /* else the scope is cold: nothing known yet */
+    assert_int_equal(throttle_backoff(h, "ws1", backoff_ms), 0);
   struct kid k[NTABLES];
   pid_t pid[NTABLES];
   spawn_all(fx, b, k, child_enters, pid);
@@ -188,30 +190,90 @@ static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
   return b;
 }
 
-static void test_scope_one_probe_for_the_scope(void **state) {
+/* A probe round (see probe_round) in which every child was admitted and
+ * none but the first before its answer, plus after_ms; then the count of
+ * back-offs "ws1" was given is publishes. */
+static void others_follow(void **state, uint64_t backoff_ms,
+                          throttle_outcome_t o, uint64_t after_ms,
+                          int64_t publishes) {
   int f;
-  struct board *b =
-      probe_round(fx_of(state), 300, 200, THROTTLE_OUTCOME_OK, &f);
+  struct board *b = probe_round(fx_of(state), backoff_ms, 50, o, &f);
   for (int i = 0; i < NTABLES; i++) {
     assert_int_equal(b->rc[i], 0);
-    if (i != f) /* nobody beneath went before the probe's answer */
-      assert_true(b->admit_ns[i] >= b->leave_ns[f]);
+    if (i != f)
+      assert_true(b->admit_ns[i] >= b->leave_ns[f] + after_ms * NS_PER_MS);
   }
+  assert_int_equal(th_field(fx_of(state)->h, "ws1", THROTTLE_FIELD_PUBLISHES),
+                   publishes);
   munmap(b, sizeof *b);
 }
 
+static void test_scope_one_probe_for_the_scope(void **state) {
+  others_follow(state, 300, THROTTLE_OUTCOME_OK, 0, 1);
+}
+
+/* the probe's 429 publishes 1000 ms on "ws1" again */
 static void test_scope_probe_refused_again_holds_the_scope(void **state) {
-  int f; /* the probe's 429 publishes 1000 ms on "ws1" again */
-  struct board *b =
-      probe_round(fx_of(state), 200, 50, THROTTLE_OUTCOME_RATE_LIMITED, &f);
-  for (int i = 0; i < NTABLES; i++)
-    if (i != f) {
-      assert_int_equal(b->rc[i], 0);
-      assert_true(b->admit_ns[i] >= b->leave_ns[f] + 1000 * NS_PER_MS);
-    }
-  assert_int_equal(th_field(fx_of(state)->h, "ws1", THROTTLE_FIELD_PUBLISHES),
-                   2);
-  munmap(b, sizeof *b);
+  others_follow(state, 200, THROTTLE_OUTCOME_RATE_LIMITED, 1000, 2);
+}
+
+/* ---- a cold scope: one first request for the whole scope -------------- */
+
+/* Nothing known of "ws1" yet: 4 tables, one process each.  The first
+ * admitted goes alone; the others follow its answer, and when that answer
+ * is a 429 (published on "ws1"), its Retry-After too.  Without the rule,
+ * each table's first writer would go at once: 4 refusals, not 1. */
+static void test_scope_cold_scope_sends_one_first_request(void **state) {
+  others_follow(state, 0, THROTTLE_OUTCOME_OK, 0, 0);
+}
+
+static void test_scope_cold_scope_refused_holds_its_retry_after(void **state) {
+  others_follow(state, 0, THROTTLE_OUTCOME_RATE_LIMITED, 1000, 1);
+}
+
+static int try_in(throttle_t *h, const char *key, throttle_ticket_t **t) {
+  return throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, t, NULL);
+}
+
+/* What ends a cold scope's wait: an answer the server gave.  A LOCKED
+ * (the table's) opens the scope at once; a transport failure or a caller
+ * who gave up says nothing of it, so the next admission goes alone. */
+static void test_scope_cold_scope_opens_on_any_answer(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  throttle_ticket_t *t, *u, *v;
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_FAILED, 0), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0); /* the next one alone */
+  assert_int_equal(try_in(h, "ws1/users", &v), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_ABANDONED, 0), 0);
+  assert_int_equal(try_in(h, "ws1/users", &u), 0);
+  assert_int_equal(try_in(h, "ws1/events", &v), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_LOCKED, 1), 0);
+  assert_int_equal(try_in(h, "ws1/events", &v), 0); /* open: all at once */
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(throttle_leave(h, v, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_LOCK_EPISODE), 0);
+}
+
+/* A handle that publishes 429 and 503 on the key keeps every table
+ * independent: no scope record, no first request for the scope. */
+static void test_scope_cold_rule_only_where_signals_go(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_RATE_LIMITED,
+                                              THROTTLE_LEVEL_KEY),
+                   0);
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_UNAVAILABLE,
+                                              THROTTLE_LEVEL_KEY),
+                   0);
+  throttle_ticket_t *t, *u;
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, "ws1", &info), THROTTLE_ENOKEY);
 }
 
 static void test_scope_dead_probe_is_reclaimed(void **state) {
@@ -526,6 +588,10 @@ int main(void) {
       T(test_scope_backoff_holds_admissions_beneath),
       T(test_scope_one_probe_for_the_scope),
       T(test_scope_probe_refused_again_holds_the_scope),
+      T(test_scope_cold_scope_sends_one_first_request),
+      T(test_scope_cold_scope_refused_holds_its_retry_after),
+      T(test_scope_cold_scope_opens_on_any_answer),
+      T(test_scope_cold_rule_only_where_signals_go),
       T(test_scope_dead_probe_is_reclaimed),
       T(test_scope_pause_holds_every_key_until_resume),
       T(test_scope_cancel_reaches_every_key),
