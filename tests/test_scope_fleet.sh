@@ -144,7 +144,49 @@ assert k["hotdata:ws4/t0"]["scope"] == "hotdata:ws4"
 assert k["hotdata:ws4"]["scope"] is None
 assert k["hotdata:ws4"]["beneath"]["keys"] == 4
 ' || { echo "FAIL: ls --json does not carry the scope"; st=1; }
+{ "$CTL" --segment "$seg" show hotdata:ws4 --json &&
+  "$CTL" --segment "$seg" show hotdata:ws4/t2 --json; } | python3 -c '
+import json, sys
+pool, key = (json.loads(line) for line in sys.stdin)
+assert pool["scope"] is None and pool["beneath"]["keys"] == 4, pool
+assert key["scope"] == "hotdata:ws4" and key["beneath"]["keys"] == 0, key
+' || { echo "FAIL: show --json does not carry the scope"; st=1; }
 "$CTL" --segment "$seg" show hotdata:ws4 |
   grep -q '^beneath: 4 keys, 0 in flight, 0 waiting$' ||
   { echo "FAIL: show SCOPE does not sum the keys beneath"; st=1; }
+
+# metrics carry the scope: a label on every key's samples, and sums per
+# scope; one admission held on hotdata:ws4/t1 shows in the pool's own row
+# and in the sum beneath it.
+"$CTL" --segment "$seg" run hotdata:ws4/t1 -- sh -c "touch '$tmp/in'; sleep 30" &
+held=$!
+i=0
+while [ ! -e "$tmp/in" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+"$CTL" --segment "$seg" metrics >"$tmp/m.txt" || st=1
+kill "$held" 2>/dev/null
+wait "$held" 2>/dev/null
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3 # Debian's modules
+"$PY" - "$tmp/m.txt" <<'PY' || { echo "FAIL: metrics do not carry the scope"; st=1; }
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+def value(fam, **labels):
+    for s in fams[fam].samples:
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise KeyError((fam, labels))
+assert value("throttle_key_in_flight", key="hotdata:ws4/t1", scope="hotdata:ws4") == 1
+assert value("throttle_key_in_flight", key="hotdata:ws4") == 1  # the pool's place
+assert all("scope" not in s.labels for s in fams["throttle_key_cap"].samples
+           if s.labels["key"] == "hotdata:ws4")  # a root: no scope label
+assert value("throttle_key_cap", key="hotdata:ws4") == 3
+assert value("throttle_scope_keys", scope="hotdata:ws4") == 4
+assert value("throttle_scope_in_flight", scope="hotdata:ws4") == 1
+assert value("throttle_scope_waiting", scope="hotdata:ws4", **{"class": "live"}) == 0
+print("metrics: scope label and per-scope sums")
+PY
+if command -v promtool >/dev/null 2>&1; then
+  promtool check metrics <"$tmp/m.txt" || { echo "FAIL: promtool"; st=1; }
+fi
 exit $st
