@@ -514,6 +514,10 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
  * beneath goes first for the whole scope (scope.c says why). */
 void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
                                   uint64_t now);
+/* After a crash in the critical section (table.c's repair): every holder
+ * beneath a capped pool takes the place there that a grant cut short did
+ * not (scope.c). */
+void throttle__scope_repair_locked(throttle_t *h);
 /* r was just inserted: start its learned cap from its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);

@@ -49,7 +49,10 @@
  *    mutex: atomic, no lock order, no place held while waiting.  A leave
  *    frees those places and wakes the keys beneath, so the oldest eligible
  *    waiter of any of them takes the place.  A pool's places are its
- *    record's slots, hence at most THROTTLE__SLOTS.
+ *    record's slots, hence at most THROTTLE__SLOTS (a larger cap on a
+ *    scope is refused by the setter).  After a crash inside a grant, the
+ *    repair gives a live holder the pool places it lacks
+ *    (throttle__scope_repair_locked).
  *
  * Rejected: copying a scope's not-before into every record beneath on
  * publish (a key created later would miss it, and a publish would cost a
@@ -90,16 +93,23 @@ static struct throttle__rec *scope_rec(throttle_t *h, const char *key,
   return throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
 }
 
+/* Does s hold a slot with this ticket (a place, or its probe)? */
+static bool holds_place(const struct throttle__rec *s, uint64_t ticket) {
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+        s->slot[i].ticket == ticket)
+      return true;
+  return false;
+}
+
 /* Is the scope's probe still held?  Its holding slot is in the scope's own
  * record; the dead-holder reclaim and the lease of gate.c free it. */
 static bool probe_out(struct throttle__rec *s, uint64_t now) {
   if (s->probe_ticket == 0)
     return false;
   throttle__reap_locked(s, now);
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
-        s->slot[i].ticket == s->probe_ticket)
-      return true;
+  if (holds_place(s, s->probe_ticket))
+    return true;
   __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
   return false;
 }
@@ -185,6 +195,38 @@ void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
     throttle__scope_touch(h);
     if (s->probes < UINT64_MAX)
       s->probes++;
+  }
+}
+
+/* ---- repair -------------------------------------------------------------- */
+
+/* A grant is one critical section: the key's slot, then a place in every
+ * pool above (grant_locked, then throttle__scope_take_locked).  A process
+ * killed between the two, while granting another process's waiter (a
+ * leave hands the key's slot on), left a live holder with no place: the
+ * pool would admit one more until it left.  The repair after the crash
+ * (the mutex's EOWNERDEAD) gives every holder beneath a capped pool the
+ * place it lacks there.  Not repaired: a rate's token not taken (one
+ * admission early in the pool's budget, once per crash), and the reverse
+ * cut, a leave killed between freeing the key's slot and its places (the
+ * place cannot be told from an admission on the scope itself, and it is
+ * reclaimed with its holder's death or lease: fewer admitted, never
+ * more). */
+void throttle__scope_repair_locked(throttle_t *h) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED)
+      continue;
+    for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
+         p++) {
+      struct throttle__rec *s = scope_rec(h, r->key, p);
+      if (s == NULL || s == r || s->fixed_cap == 0)
+        continue;
+      for (uint32_t j = 0; j < THROTTLE__SLOTS; j++)
+        if (r->slot[j].state == THROTTLE__SLOT_HOLDING &&
+            !holds_place(s, r->slot[j].ticket))
+          place(s, &r->slot[j]);
+    }
   }
 }
 
