@@ -203,11 +203,6 @@ static void key_json(FILE *f, const struct rows *rows,
   } else {
     fputs("null", f);
   }
-  if (t != NULL)
-    fprintf(f,
-            ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
-            "\"waiting\":%lld}",
-            (long long)t->keys, (long long)t->flight, (long long)t->wait);
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
     const char *name = throttle_field_name((throttle_field_t)i);
     if (name == NULL)
@@ -217,6 +212,13 @@ static void key_json(FILE *f, const struct rows *rows,
     else
       fprintf(f, ",\"%s\":%lld", name, (long long)row->field[i]);
   }
+  /* After the key's own fields: a reader that looks for the first
+   * "in_flight" finds the key's, not the sum beneath. */
+  if (t != NULL)
+    fprintf(f,
+            ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
+            "\"waiting\":%lld}",
+            (long long)t->keys, (long long)t->flight, (long long)t->wait);
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < row->hcount; i++) {
     const struct holder *hd = &rows->hv[row->hfirst + i];
