@@ -476,6 +476,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       deadline = deadline_after(now, timeout_ms);
       deadline_set = true;
     }
+    if (!gen_taken) /* before the key's insert, which it could evict */
+      throttle__scope_enter_locked(h, key, len, now);
     struct throttle__rec *r;
     rc = throttle__insert_locked(h, key, len, t->hash, now, &r);
     if (rc != 0) {
