@@ -27,6 +27,13 @@
 #   hold         serialised, the table held by somebody else for 5 s from
 #                the start, 8 processes, 24 jobs, 150 ms, auto cap (about
 #                one refused request per Retry-After is the floor)
+#   uncontended  throttle_enter + throttle_leave with nobody else on the
+#                key: bench/bench_admit's ratio to clock_gettime and its
+#                system calls per pair (run again here for the row)
+#
+# "before (quoted)": the learned-cap and uncontended figures as they were
+# measured before the learner's rules and the cheap uncontended path, a
+# quotation for comparison, not measured in this run.
 #
 # The ideal.  For each server shape the same jobs are first sent by one
 # curl process with exactly C transfers at once (curl --parallel-max C, C =
@@ -187,9 +194,20 @@ fleet par4.warm auto 16 "$PAR_JOBS" par4_auto
 fleet par4.alone alone 16 "$PAR_JOBS" par4_alone
 server_stop
 
-python3 - "$tmp" <<'EOF' || exit 1
+# The uncontended row of the same table: bench_admit's figures of this run
+# (make bench builds it), its ratio and system calls per pair.
+admit=""
+if [ -x "$B/bench/bench_admit" ]; then
+  admit=$("$B/bench/bench_admit" 2>/dev/null | sed -n \
+    -e 's/^  CPU time: .* = \([0-9.]*\) x clock_gettime.*/\1x clock_gettime (CPU time)/p' \
+    -e 's/^syscalls per pair: \([0-9.]*\) .*/\1 syscalls/p' \
+    -e 's/^syscalls per pair: unknown.*/syscalls unknown/p' | paste -sd, -)
+fi
+
+python3 - "$tmp" "$admit" <<'EOF' || exit 1
 import json, sys
 tmp = sys.argv[1]
+admit = sys.argv[2].replace(",", ", ")
 
 def run(name):
     t0, t1, procs, jobs, table, client, hold = \
@@ -203,33 +221,36 @@ def run(name):
                 max=t.get("max_in_service", 0),
                 conc=t.get("concurrency", 1))
 
-# (label, fleet run, its ideal run, service s, Retry-After s, goal)
+# (label, fleet run, its ideal run, service s, Retry-After s, before, goal)
+# before: the learned-cap rows as measured before the learner's rules and
+# the cheap uncontended path (quoted, not measured here).
 rows = [
     ("serialised, auto cap", "ser.auto", "ser.ideal", 0.150, 1,
-     "<= 1.05x, <= 3 refused, 0 early"),
+     "1.10x, 3 ref", "<= 1.05x, <= 3 refused, 0 early"),
     ("  the same again, warm", "ser.warm", "ser.ideal", 0.150, 1,
-     "(learned state kept)"),
+     "", "(learned state kept)"),
     ("serialised, operator cap 1", "ser.cap1", "ser.ideal", 0.150, 1,
-     "0 refused, 0 early"),
+     "", "0 refused, 0 early"),
     ("serialised, Retry-After 5 s, auto", "ra5.auto", "ra5.ideal", 0.200, 5,
-     "<= 1.20x, 0 early"),
+     "1.5x, 1 ref", "<= 1.20x, 0 early"),
     ("  the same again, warm", "ra5.warm", "ra5.ideal", 0.200, 5,
-     "(learned state kept)"),
+     "", "(learned state kept)"),
     ("admits 4 at once, auto cap", "par4.auto", "par4.ideal", 0.150, 1,
-     "<= 1.20x, <= 5 refused, 0 early"),
+     "1.9x", "<= 1.20x, <= 5 refused, 0 early"),
     ("  the same again, warm", "par4.warm", "par4.ideal", 0.150, 1,
-     "(learned state kept)"),
+     "", "(learned state kept)"),
     ("admits 4, each alone (curl loop)", "par4.alone", "par4.ideal", 0.150, 1,
-     "(reference)"),
+     "", "(reference)"),
     ("held 5 s externally, auto cap", "hold.auto", "hold.ideal", 0.150, 1,
-     "~1 refused per Retry-After, 0 early"),
+     "", "~1 refused per Retry-After, 0 early"),
 ]
 hdr = ("scenario", "N", "jobs", "C", "RA", "makespan", "ideal", "x ideal",
-       "x calc", "refused", "early", "race", "failed", "max", "goal")
-fmt = "%-34s %3s %4s %2s %2s %8s %7s %7s %6s %7s %5s %4s %6s %3s  %s"
+       "x calc", "refused", "early", "race", "failed", "max", "before (quoted)",
+       "goal")
+fmt = "%-34s %3s %4s %2s %2s %8s %7s %7s %6s %7s %5s %4s %6s %3s  %-15s  %s"
 print()
 print(fmt % hdr)
-for label, name, ideal_name, s, ra, goal in rows:
+for label, name, ideal_name, s, ra, before, goal in rows:
     r, i = run(name), run(ideal_name)
     ideal = i["makespan"] + r["hold"]
     calc = r["jobs"] * s / r["conc"] + r["hold"]
@@ -237,7 +258,10 @@ for label, name, ideal_name, s, ra, goal in rows:
                  "%.2f s" % r["makespan"], "%.2f" % ideal,
                  "%.2f" % (r["makespan"] / ideal),
                  "%.2f" % (r["makespan"] / calc), r["refused"], r["early"],
-                 r["race"], r["jobs"] - r["ok"], r["max"], goal))
+                 r["race"], r["jobs"] - r["ok"], r["max"], before, goal))
+if admit:
+    print("%-34s %s  before (quoted): ~40x clock_gettime, 4 syscalls  goal: "
+          "<= 8x, 0 syscalls" % ("uncontended enter + leave", admit))
 print()
 print("ideal: the same jobs sent by one curl, C at once (never refused), "
       "measured in the same run;")

@@ -71,6 +71,38 @@ uint64_t throttle__mono_ns(void) {
   return atomic_load_explicit(&seen_mono, memory_order_relaxed);
 }
 
+/* CLOCK_MONOTONIC at the instant the throttle clock read now, from the
+ * difference of the two clocks (the time the host spent suspended) that
+ * this thread measured at most OFFSET_TTL_NS of throttle time ago: a grant
+ * stamps its lease's start this way, one clock reading fewer per
+ * admission.  The difference only grows (a suspend adds to it), and it is
+ * measured with the throttle clock read first, so a remembered one is never
+ * too large: the estimate is never earlier than the true reading, and a
+ * lease never lapses early.  A suspend since the measurement makes it late
+ * by that suspend, and a suspend longer than OFFSET_TTL_NS forces a new
+ * measurement: a lease starts at most that late, and the reap clamps any
+ * start in the future (gate.c).  Per thread: no shared word to race on. */
+#define OFFSET_TTL_NS (1000 * THROTTLE__NS_PER_MS)
+static THROTTLE__TLS uint64_t off_at, off_ns; /* off_at 0: none yet */
+
+uint64_t throttle__mono_at(uint64_t now) {
+  if (off_at != 0 && now >= off_at && now - off_at < OFFSET_TTL_NS &&
+      now >= off_ns)
+    return now - off_ns;
+  struct timespec ts;
+  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) != 0) {
+    off_at = 0; /* no reading to measure with: the fallback, and again */
+    return throttle__mono_ns();
+  }
+  uint64_t mono = remember(&seen_mono, &ts);
+  /* now was read first, so now - mono is at most the true difference; a
+   * host never suspended has a difference of 0, which the later reading
+   * of mono can make "negative": 0 then, the estimate again never early. */
+  off_ns = now > mono ? now - mono : 0;
+  off_at = now != 0 ? now : 0;
+  return mono;
+}
+
 uint64_t throttle__sat_add(uint64_t a, uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }

@@ -70,6 +70,7 @@ static int proc_start(pid_t pid, uint64_t *start) {
  * comparing with getpid() on each use (the system call this saves). */
 static _Atomic uint32_t *pid_page; /* set once, ordered by pid_once */
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+static _Atomic(_Atomic uint32_t *) pid_page_seen; /* pid_page, once known */
 
 static void pid_page_init(void) {
   long sz = sysconf(_SC_PAGESIZE);
@@ -87,8 +88,15 @@ static void pid_page_init(void) {
 }
 
 uint32_t throttle__pid(void) {
-  pthread_once(&pid_once, pid_page_init);
-  _Atomic uint32_t *page = pid_page;
+  /* The page, once set, is set for good: pthread_once() only until then
+   * (a call, on the hot path, per admission). */
+  _Atomic uint32_t *page = atomic_load_explicit(&pid_page_seen,
+                                                memory_order_acquire);
+  if (page == NULL) {
+    pthread_once(&pid_once, pid_page_init);
+    page = pid_page;
+    atomic_store_explicit(&pid_page_seen, page, memory_order_release);
+  }
   if (page != NULL) {
     uint32_t p = atomic_load_explicit(page, memory_order_relaxed);
     if (p != 0)

@@ -349,6 +349,10 @@ void throttle__orphan_msg(const throttle_t *h);
 /* clock.c */
 uint64_t throttle__now_ns(void);
 uint64_t throttle__mono_ns(void);
+/* CLOCK_MONOTONIC when the throttle clock read now (just read by the
+ * caller): never earlier than the true reading, at most a suspend of up
+ * to a second later.  Cheaper than throttle__mono_ns() (clock.c). */
+uint64_t throttle__mono_at(uint64_t now);
 /* 0, or EINTR when a signal cut the sleep short. */
 int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
                          uint64_t rel_ns);
@@ -393,6 +397,10 @@ void throttle__guess_note_scopes(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen);
 struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
                                             size_t len, uint64_t hash);
+/* The record at idx if it holds key (an index kept from an earlier
+ * lookup, checked again), else NULL. */
+struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
+                                              const char *key, size_t len);
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
@@ -453,6 +461,85 @@ uint32_t throttle__learn_bound(const struct throttle__rec *r);
 /* Work still needed before the next raise, in ns: 0 in slow start,
  * UINT64_MAX never (fixed cap, or at the bound). */
 uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r);
+
+/* gate_grant.c: the record as a gate, under the mutex. */
+static inline void throttle__sat_inc(uint64_t *c) {
+  if (*c < UINT64_MAX)
+    (*c)++;
+}
+
+/* Every writer of a slot word holds the mutex (futex waiters only read
+ * it), so a load and a store do what an atomic add would, without the
+ * locked instruction: two of those per uncontended admission. */
+static inline void throttle__slot_bump(struct throttle__slot *s) {
+  atomic_store_explicit(
+      &s->word, atomic_load_explicit(&s->word, memory_order_relaxed) + 1,
+      memory_order_release);
+}
+
+void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s);
+
+/* Slots granted under the mutex, woken after it.  Only slot[0..n) is
+ * ever read. */
+struct throttle__wake {
+  struct throttle__slot *slot[THROTTLE__SLOTS];
+  uint32_t n;
+};
+void throttle__wake_all(struct throttle__wake *w);
+
+/* Who is in a key's slots, read in one pass: the grant looked at the 32
+ * slots up to six times per grant (the probe, the holders, the backfill
+ * holders, the oldest live and backfill waiters, again after each grant),
+ * and that was most of an uncontended admission's time.  The masks are
+ * the caller's own copy, kept in step with what it changes, never stored:
+ * a mask in shared memory would be one more derived word to trust (I8)
+ * and to repair after a crash. */
+struct throttle__roster {
+  uint32_t hold;    /* holding slots */
+  uint32_t hold_bf; /* holding slots of class backfill */
+  uint32_t wait[2]; /* waiting slots by class (live, backfill) */
+  uint32_t free;    /* free slots */
+  bool probe_held;  /* a holding slot carries the probe ticket */
+};
+void throttle__roster_read(const struct throttle__rec *r,
+                           struct throttle__roster *ro);
+/* Slot i changed from what *ro read to state (of class cls): the
+ * caller's copy kept in step, so it need not read the slots again. */
+static inline void throttle__roster_set(struct throttle__roster *ro,
+                                        uint32_t i, int state, int cls) {
+  uint32_t bit = UINT32_C(1) << i;
+  ro->hold &= ~bit;
+  ro->hold_bf &= ~bit;
+  ro->wait[0] &= ~bit;
+  ro->wait[1] &= ~bit;
+  ro->free &= ~bit;
+  if (state == THROTTLE__SLOT_FREE)
+    ro->free |= bit;
+  else if (state == THROTTLE__SLOT_WAITING && cls <= THROTTLE_CLASS_BACKFILL)
+    ro->wait[cls == THROTTLE_CLASS_BACKFILL] |= bit;
+  else if (state == THROTTLE__SLOT_HOLDING)
+    ro->hold |= bit, ro->hold_bf |= cls == THROTTLE_CLASS_BACKFILL ? bit : 0;
+}
+/* The slots in a mask: a loop per slot, as few are in use (the compiler's
+ * popcount is a library call without -mpopcnt). */
+static inline uint32_t throttle__bits(uint32_t mask) {
+  uint32_t n = 0;
+  for (; mask != 0; mask &= mask - 1)
+    n++;
+  return n;
+}
+/* Reclaim the slots of dead holders and lapsed leases of r, at most every
+ * 50 ms unless force; true when it looked (slots may have changed). */
+bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force);
+/* Does no scope of r's key have a record (this thread's memory, checked
+ * against the table's sequence)? */
+bool throttle__scopes_absent(throttle_t *h, const struct throttle__rec *r);
+/* Grant what the gate allows now into *w; *next = when time alone could
+ * open it (UINT64_MAX if never).  pre: the caller's roster of r read under
+ * this mutex hold and kept in step (used and changed), or NULL. */
+void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
+                            uint64_t now, struct throttle__wake *w,
+                            uint64_t *next, struct throttle__roster *pre);
 
 /* gate.c */
 /* A conforming GCRA state never runs more than one period ahead of now

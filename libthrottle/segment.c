@@ -644,17 +644,27 @@ static int lock_timed(throttle_t *h) {
  * that changes it between this check and the lock still gets through; a
  * damaged segment does not.  Returns 1 (and the kind found in *kind) when
  * the kind is wrong; 0 when it is right, or the C library is not glibc. */
+#ifdef __GLIBC__
+/* The kind init_mutex() writes (by pshared), 0 if it cannot tell; out of
+ * line, so the check on every lock stays a load and a compare. */
+static __attribute__((noinline)) int mutex_kind_ref(int ps) {
+  pthread_mutex_t ref;
+  if (init_mutex(&ref, ps) != 0)
+    return 0;
+  int want = ref.__data.__kind;
+  pthread_mutex_destroy(&ref);
+  return want;
+}
+#endif
+
 static int mutex_kind_bad(const throttle_t *h, int *kind) {
 #ifdef __GLIBC__
   static _Atomic int expected[2]; /* by pshared; 0 = not computed yet */
   int ps = h->shared ? 1 : 0;
   int want = atomic_load_explicit(&expected[ps], memory_order_relaxed);
   if (want == 0) {
-    pthread_mutex_t ref;
-    if (init_mutex(&ref, ps) != 0)
+    if ((want = mutex_kind_ref(ps)) == 0)
       return 0;
-    want = ref.__data.__kind;
-    pthread_mutex_destroy(&ref);
     atomic_store_explicit(&expected[ps], want, memory_order_relaxed);
   }
   *kind = h->hdr->mutex.__data.__kind;

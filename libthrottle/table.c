@@ -277,6 +277,18 @@ struct throttle__rec *throttle__find_locked(throttle_t *h, const char *key,
   return &h->recs[ri];
 }
 
+/* The record at idx if it holds key, else NULL: the index a caller kept
+ * from an earlier lookup (a ticket's), checked as a bucket's would be,
+ * since the record may have been evicted and reused meanwhile. */
+struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
+                                              const char *key, size_t len) {
+  if (idx >= h->capacity)
+    return NULL;
+  struct throttle__rec *r = &h->recs[idx];
+  return r->state == THROTTLE__REC_USED && key_matches(r, key, len) ? r
+                                                                    : NULL;
+}
+
 static void seq_begin(throttle_t *h) {
   atomic_fetch_add_explicit(&h->hdr->tseq, 1, memory_order_acq_rel);
   atomic_thread_fence(memory_order_release);

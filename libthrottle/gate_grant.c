@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gate_grant.c — a key's record as a gate, under the mutex: the helpers
+ * that publish and open it and wake its waiters, the bounds every
+ * time-like field gets where it is read (I8) and the repair after a crash,
+ * reclaiming the slots of dead holders, and the grant itself, which turns
+ * the oldest eligible waiters into holders (gate.c has the why of the
+ * whole gate: slots, tickets, waking, the learned cap).
+ *
+ * The grant reads a key's 32 slots once into masks (struct
+ * throttle__roster) and keeps them in step with its own grants; callers
+ * that just read them pass theirs.  It skips scope.c while this thread
+ * knows that no scope of the key has a record (throttle__scopes_absent).
+ * Rejected: occupancy masks kept in the record (a derived word that a
+ * crash or a writer outside the library makes disagree with the slots,
+ * hiding a holder from the cap).
+ */
+#include "internal.h"
+
+#define REAP_NS (50 * THROTTLE__NS_PER_MS)
+
+/* ---- helpers on a record -------------------------------------------- */
+
+void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s) {
+  s->state = THROTTLE__SLOT_FREE;
+  s->probe = 0;
+  s->ticket = 0;
+  s->pid = 0;
+  throttle__slot_bump(s);
+  if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+    throttle__futex_wake(&r->epoch);
+  }
+}
+
+bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
+  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
+    return false;
+  if (r->fixed_cap || r->auto_max || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+    return false; /* settings an operator made: never evicted */
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state != THROTTLE__SLOT_FREE)
+      return false;
+  return true;
+}
+
+void throttle__open_locked(struct throttle__rec *r) {
+  atomic_store_explicit(&r->not_before, 0, memory_order_release);
+  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, false);
+  __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+  throttle__sat_inc(&r->clears);
+}
+
+/* Every wake changes the word it wakes on: a waiter that read its word
+ * under the mutex and is between unlocking and futex_wait() would
+ * otherwise miss the wake (the kernel compares the word, unchanged) and
+ * sleep until its re-check, up to POLL_NS late for a resume, a clear or a
+ * raised cap. */
+void throttle__wake_rec(struct throttle__rec *r) {
+  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+  throttle__futex_wake(&r->epoch);
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state != THROTTLE__SLOT_FREE) {
+      throttle__slot_bump(&r->slot[i]);
+      throttle__futex_wake(&r->slot[i].word);
+    }
+}
+
+void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
+                              uint64_t now, uint64_t delay_ns) {
+  uint64_t seg_max = throttle__seg_max_ns(h);
+  if (delay_ns > seg_max) /* the fleet's bound, not this process's own */
+    delay_ns = seg_max;
+  uint64_t cur = throttle__clamp_nb_locked(h, r, now);
+  uint64_t want = throttle__sat_add(now, delay_ns);
+  /* The episode first, the not-before second: a crash between the two
+   * leaves an episode on an open key (the next caller probes alone), never
+   * a not-before without an episode (when it passed, every waiter would go
+   * at once: a herd). */
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
+  THROTTLE__CRASHPOINT("gate-mid-publish");
+  if (want > cur)
+    atomic_store_explicit(&r->not_before, want, memory_order_release);
+  throttle__scope_touch(h); /* after the not-before (scope.c) */
+  throttle__sat_inc(&r->publishes);
+  r->last_delay_ms = delay_ns / THROTTLE__NS_PER_MS;
+  r->last_pid = throttle__pid();
+  r->last_use_ns = now;
+}
+
+/* ---- time read from shared memory (I8) ------------------------------- */
+
+/* Every time-like field is bounded where it is read and at repair, so that
+ * one bad word delays a key by at most the segment's maximum delay (or a
+ * slot by the longest lease), never forever.  Stored back, so every reader
+ * sees the same bounded value. */
+#define LEASE_MAX_MS 86400000u                                /* one day */
+#define RATE_PERIOD_MAX_NS (UINT64_C(366) * 86400000 * THROTTLE__NS_PER_MS)
+
+static void bound_slot_times(struct throttle__slot *s, uint64_t now,
+                             uint64_t mono) {
+  if (s->lease_ms == 0 || s->lease_ms > LEASE_MAX_MS)
+    s->lease_ms = LEASE_MAX_MS;
+  if (s->since_ns > now) /* a grant in the future would never lapse */
+    s->since_ns = now;
+  if (s->since_mono_ns > mono)
+    s->since_mono_ns = mono;
+}
+
+/* A conforming GCRA state never runs more than one period ahead of now. */
+void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now) {
+  if (r->rate_n != 0 && r->rate_period_ns == 0)
+    r->rate_n = 0; /* no period: no rate (the setter never writes this) */
+  if (r->rate_n == 0)
+    return;
+  if (r->rate_period_ns > RATE_PERIOD_MAX_NS)
+    r->rate_period_ns = RATE_PERIOD_MAX_NS;
+  uint64_t ahead = r->rate_period_ns;
+  uint64_t max = throttle__seg_max_ns(h);
+  if (ahead > max)
+    ahead = max;
+  uint64_t limit = throttle__sat_add(now, ahead);
+  if (r->rate_tat_ns > limit)
+    r->rate_tat_ns = limit;
+}
+
+/* After a crash inside the critical section: make every slot and setting
+ * something the code below can trust. */
+void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
+  uint64_t now = throttle__now_ns(), mono = throttle__mono_ns();
+  throttle__bound_rate(h, r, now);
+  bool probe_found = false;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    struct throttle__slot *s = &r->slot[i];
+    bound_slot_times(s, now, mono);
+    if (s->state > THROTTLE__SLOT_CANCELED || s->cls > THROTTLE_CLASS_BACKFILL ||
+        (s->state != THROTTLE__SLOT_FREE && (s->pid == 0 || s->ticket == 0))) {
+      throttle__free_slot(r, s);
+      continue;
+    }
+    if (s->state == THROTTLE__SLOT_HOLDING && r->probe_ticket != 0 &&
+        s->ticket == r->probe_ticket)
+      probe_found = true;
+  }
+  if (!probe_found)
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+  if (r->fixed_cap > THROTTLE__SLOTS)
+    r->fixed_cap = THROTTLE__SLOTS;
+  throttle__learn_bound_locked(r, now);
+}
+
+/* ---- granting -------------------------------------------------------- */
+
+void throttle__wake_all(struct throttle__wake *w) {
+  for (uint32_t i = 0; i < w->n; i++)
+    throttle__futex_wake(&w->slot[i]->word);
+  w->n = 0;
+}
+
+/* Reclaim slots of dead holders and waiters, and of holders past their
+ * lease.  Reading /proc costs microseconds, so it runs at most every
+ * REAP_NS per key, and only when somebody is waiting for the gate. */
+void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
+  (void)throttle__reap(r, now, false);
+}
+
+/* For eviction: a key that would be idle but for slots (no back-off, no
+ * setting an operator made) is reaped now, whoever waits; true when that
+ * leaves it idle (its only participants were dead or past their lease). */
+bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
+  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
+      r->fixed_cap || r->auto_max || r->rate_n ||
+      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+    return false;
+  (void)throttle__reap(r, now, true);
+  return throttle__rec_idle(r, now);
+}
+
+/* true when it looked (and may have freed slots), false when it was too
+ * soon since the last look. */
+bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
+  if (!force && now - r->last_reap_ns < REAP_NS && r->last_reap_ns <= now)
+    return false;
+  r->last_reap_ns = now;
+  /* Leases run on CLOCK_MONOTONIC, which stops while the host is
+   * suspended: a lease bounds how long a running holder may take, and a
+   * holder frozen with the whole host has not run.  On the throttle clock
+   * (CLOCK_BOOTTIME, right for a server's Retry-After) a suspend longer
+   * than the lease would reclaim every holder at once on resume, while
+   * they go on sending: the cap exceeded for the rest of their requests. */
+  uint64_t mono = throttle__mono_ns();
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    struct throttle__slot *s = &r->slot[i];
+    if (s->state == THROTTLE__SLOT_FREE)
+      continue;
+    bound_slot_times(s, now, mono);
+    bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
+                  mono - s->since_mono_ns >
+                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    if (!lapsed && throttle__holder_alive(s))
+      continue;
+    if (s->state == THROTTLE__SLOT_HOLDING) {
+      throttle__sat_inc(&r->reclaims);
+      if (s->ticket == r->probe_ticket) {
+        /* the next waiter probes */
+        __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+        atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
+      }
+    }
+    throttle__free_slot(r, s);
+  }
+  return true;
+}
+
+/* Does no scope of r's key have a record?  Then nothing of scope.c can
+ * hold, pool or answer for the key, and the gate skips it: each of its
+ * calls looks every scope up (a hash and an index walk), four or five per
+ * uncontended admission, nearly always to find nothing.  Whether a record
+ * exists changes only by an insert, an eviction or a rebuild, each of
+ * which moves the table's sequence (tseq), so a thread remembers the
+ * answer per record under the sequence it saw it with, and the segment's
+ * random seed, which tells two segments apart.  A wrong memory would only
+ * skip a scope that exists; the sequence is written by the library under
+ * the mutex this runs under.  Rejected: a flag in the record (one more
+ * shared word to validate, I8, and to clear on every scope insert). */
+#define NOSCOPE_WAYS 8 /* a direct-mapped memory, by record index */
+static THROTTLE__TLS struct noscope {
+  uint64_t seed;
+  uint32_t idx;
+  uint32_t seq; /* tseq when seen; odd values are never stored */
+} noscope[NOSCOPE_WAYS];
+
+bool throttle__scopes_absent(throttle_t *h, const struct throttle__rec *r) {
+  uint32_t idx = (uint32_t)(r - h->recs);
+  uint32_t seq = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
+  struct noscope *m = &noscope[idx % NOSCOPE_WAYS];
+  if (m->seq == seq && m->idx == idx && m->seed == h->seed && !(seq & 1))
+    return true;
+  size_t len = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  if (len > THROTTLE__KEY_MAX)
+    return false; /* let scope.c judge a damaged record */
+  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++)
+    if (throttle__find_locked(h, r->key, p,
+                              throttle__hash(h->seed, r->key, p)) != NULL)
+      return false;
+  if (!(seq & 1))
+    *m = (struct noscope){.seed = h->seed, .idx = idx, .seq = seq};
+  return true;
+}
+
+void throttle__roster_read(const struct throttle__rec *r,
+                           struct throttle__roster *ro) {
+  /* Which slots are in use, without a branch per slot (the common case
+   * is one or two of 32), then a closer look at those alone. */
+  uint32_t used = 0;
+#pragma GCC unroll 32
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    used |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
+  *ro = (struct throttle__roster){.free = ~used};
+  uint64_t probe = r->probe_ticket;
+  for (; used != 0; used &= used - 1) {
+    uint32_t i = (uint32_t)__builtin_ctz(used), bit = UINT32_C(1) << i;
+    const struct throttle__slot *s = &r->slot[i];
+    if (s->state == THROTTLE__SLOT_HOLDING) {
+      ro->hold |= bit;
+      if (s->cls == THROTTLE_CLASS_BACKFILL)
+        ro->hold_bf |= bit;
+      if (probe != 0 && s->ticket == probe)
+        ro->probe_held = true;
+    } else if (s->state == THROTTLE__SLOT_WAITING &&
+               s->cls <= THROTTLE_CLASS_BACKFILL) {
+      ro->wait[s->cls == THROTTLE_CLASS_BACKFILL] |= bit;
+    } else if (s->state == THROTTLE__SLOT_FREE) {
+      ro->free |= bit; /* changed since the first look (a bad writer) */
+    }
+  }
+}
+
+/* The oldest slot among mask (lowest ticket, then lowest index), or NULL. */
+static struct throttle__slot *oldest(struct throttle__rec *r, uint32_t mask) {
+  struct throttle__slot *best = NULL;
+  for (; mask != 0; mask &= mask - 1) {
+    struct throttle__slot *s = &r->slot[__builtin_ctz(mask)];
+    if (best == NULL || s->ticket < best->ticket)
+      best = s;
+  }
+  return best;
+}
+
+/* Grant as many waiters as the gate allows now, oldest first, live before
+ * backfill.  *next is set to the next instant at which time alone could
+ * open the gate (UINT64_MAX if none).  pre: the caller's roster of r, read
+ * under this mutex hold and kept in step since (used and changed in place:
+ * a copy of what was just stored field by field stalls the load), or NULL
+ * to read one. */
+void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
+                            uint64_t now, struct throttle__wake *w,
+                            uint64_t *next, struct throttle__roster *pre) {
+  *next = UINT64_MAX;
+  struct throttle__roster own;
+  if (pre == NULL)
+    throttle__roster_read(r, &own);
+  struct throttle__roster *ro = pre != NULL ? pre : &own;
+  if (r->probe_ticket != 0 && !ro->probe_held)
+    __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
+  if ((ro->wait[THROTTLE_CLASS_LIVE] | ro->wait[THROTTLE_CLASS_BACKFILL]) == 0)
+    return; /* nobody to grant: the leave of the only holder stops here */
+  if (r->flags & THROTTLE__REC_PAUSED)
+    return;
+  uint64_t nb = throttle__clamp_nb_locked(h, r, now);
+  if (nb > now) {
+    *next = nb;
+    return;
+  }
+  bool scoped = !throttle__scopes_absent(h, r);
+  int scope = scoped ? throttle__scope_gate_locked(h, r, now, next)
+                     : THROTTLE__SCOPE_OPEN;
+  if (scope == THROTTLE__SCOPE_HELD)
+    return;
+  throttle__bound_rate(h, r, now);
+  uint32_t cap = throttle__cap_of(r);
+  uint32_t holders = throttle__bits(ro->hold);
+  uint32_t bf_holders = throttle__bits(ro->hold_bf);
+  uint32_t bf_cap = throttle__backfill_cap(r, cap);
+  while (holders < cap) {
+    if ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0)
+      return; /* the probe is out: everyone else waits for its answer */
+    struct throttle__slot *s = oldest(r, ro->wait[THROTTLE_CLASS_LIVE]);
+    if (s == NULL && bf_holders < bf_cap)
+      s = oldest(r, ro->wait[THROTTLE_CLASS_BACKFILL]);
+    if (s == NULL ||
+        (scoped && !throttle__scope_pool_allows_locked(h, r, s, now, next)))
+      return;
+    uint64_t ready;
+    if (!throttle__rate_allows(r, now, &ready)) {
+      *next = ready;
+      return;
+    }
+    throttle__rate_take(r, now);
+    /* The grant times first: a crash after the state changes must not
+     * leave a holder timed by the slot's previous occupant (its lease
+     * would lapse at once and the slot be taken from a live holder). */
+    s->since_ns = now;
+    s->since_mono_ns = throttle__mono_at(now);
+    s->state = THROTTLE__SLOT_HOLDING;
+    THROTTLE__CRASHPOINT("gate-mid-grant"); /* holder, not yet woken */
+    throttle__roster_set(ro, (uint32_t)(s - r->slot), THROTTLE__SLOT_HOLDING,
+                         s->cls);
+    holders++;
+    s->concurrent = (uint8_t)holders;
+    if (s->cls == THROTTLE_CLASS_BACKFILL)
+      bf_holders++;
+    s->probe = 0;
+    throttle__sat_inc(&r->admitted);
+    if (r->flags & THROTTLE__REC_EPISODE) {
+      s->probe = 1;
+      __atomic_store_n(&r->probe_ticket, s->ticket, __ATOMIC_RELEASE);
+      throttle__scope_touch(h); /* r may be a scope: its keys are held */
+      throttle__sat_inc(&r->probes);
+    }
+    throttle__slot_bump(s);
+    /* Decided under the mutex, after the bump: a waiter counts itself in
+     * sleepers under the mutex before it unlocks to sleep, so either it is
+     * counted here or it read the bumped word (and will not sleep on the
+     * old one).  An uncontended grant of the caller's own slot wakes
+     * nobody: no system call. */
+    if (w != NULL && w->n < THROTTLE__SLOTS &&
+        atomic_load_explicit(&r->sleepers, memory_order_acquire) != 0)
+      w->slot[w->n++] = s;
+    if (scoped)
+      throttle__scope_take_locked(h, r, s, scope == THROTTLE__SCOPE_PROBE);
+    if (scope == THROTTLE__SCOPE_PROBE)
+      return; /* alone until the scope's answer */
+  }
+}

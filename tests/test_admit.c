@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_admit.c — what the uncontended admission remembers between calls
+ * (gate.c): where this thread last found a key, that a key's scopes have
+ * no record, and the lease's CLOCK_MONOTONIC start derived from the
+ * throttle clock (clock.c).  Each memory is only a hint; these tests make
+ * it wrong and check that the answer is still right.  The timings of the
+ * path itself are bench/bench_admit.c's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A caller that reuses one buffer for its keys: the record this thread
+ * found for the buffer's previous key must not be taken for the new one
+ * (it would count the admission on the wrong key, and its cap). */
+static void test_admit_reused_key_buffer(void **state) {
+  throttle_t *h = th_open(*state);
+  char buf[32];
+  throttle_ticket_t *t, *held;
+  assert_int_equal(throttle_set_max_parallel(h, "hotdata:ws1/orders", 1), 0);
+  snprintf(buf, sizeof buf, "%s", "hotdata:ws1/orders");
+  assert_int_equal(throttle_enter(h, buf, THROTTLE_CLASS_LIVE, 1000, &held),
+                   0);
+  /* the same buffer, another key, which has no record yet */
+  snprintf(buf, sizeof buf, "%s", "hotdata:ws1/items");
+  assert_int_equal(throttle_try_enter(h, buf, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "hotdata:ws1/items", THROTTLE_FIELD_ADMITTED),
+                   1);
+  assert_int_equal(th_field(h, "hotdata:ws1/orders", THROTTLE_FIELD_ADMITTED),
+                   1);
+  assert_int_equal(throttle_leave(h, held, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
+/* A key admitted while its scope had no record, then the scope named (a
+ * back-off published on it): the key's next admission must see the scope,
+ * and so must the leave of an admission granted before it was named. */
+static void test_admit_scope_named_after_admission(void **state) {
+  throttle_t *h = th_open(*state);
+  const char *key = "hotdata:ws1/orders";
+  throttle_ticket_t *t, *early;
+  assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, &early),
+                   0);
+  assert_int_equal(throttle_backoff(h, "hotdata:ws1", 60000), 0);
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  /* the scope turns into a pool; the early admission holds no place in
+   * it, and its leave must not free one either */
+  assert_int_equal(throttle_clear(h, "hotdata:ws1"), 0);
+  assert_int_equal(throttle_set_max_parallel(h, "hotdata:ws1", 1), 0);
+  throttle_ticket_t *pooled;
+  assert_int_equal(throttle_enter(h, "hotdata:ws1/items", THROTTLE_CLASS_LIVE,
+                                  1000, &pooled),
+                   0);
+  assert_int_equal(throttle_leave(h, early, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   THROTTLE_EWOULDBLOCK); /* the pool's one place is taken */
+  assert_int_equal(throttle_leave(h, pooled, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
+/* The lease's start on CLOCK_MONOTONIC, derived from a throttle clock
+ * reading: never before the monotonic reading that preceded it (a lease
+ * that started early would lapse early, and its slot be taken from a live
+ * holder), whether the difference of the clocks is measured by the call
+ * or remembered from an earlier one. */
+static void test_admit_lease_start_never_early(void **state) {
+  (void)state;
+  for (int i = 0; i < 1000; i++) {
+    uint64_t before = throttle__mono_ns();
+    uint64_t now = throttle__now_ns();
+    uint64_t start = throttle__mono_at(now);
+    assert_true(start >= before);
+  }
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_admit_reused_key_buffer),
+      T(test_admit_scope_named_after_admission),
+      T(test_admit_lease_start_never_early),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
