@@ -290,6 +290,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       deadline = deadline_after(now, timeout_ms);
       deadline_set = true;
     }
+    if (!gen_taken) /* before the key's insert, which it could evict */
+      throttle__scope_enter_locked(h, t->key, len, now);
     struct throttle__rec *r;
     r = throttle__rec_at_locked(h, t->rec, t->key, len);
     rc = r != NULL ? 0

@@ -183,6 +183,9 @@ enum {
   THROTTLE__REC_EPISODE = 1u << 0,   /* back-off published, no probe OK yet */
   THROTTLE__REC_PAUSED = 1u << 1,
   THROTTLE__REC_SHARE_SET = 1u << 2, /* share_permille is explicit */
+  /* A scope an answer has come back to from beneath (scope.c: until then
+   * one admission beneath goes first). */
+  THROTTLE__REC_ANSWERED = 1u << 3,
 };
 
 /* Lock-free: 1 paused, 2 probe out, 0 neither.  A torn read only makes a
@@ -592,6 +595,16 @@ bool throttle__scope_pool_allows_locked(throttle_t *h,
 void throttle__scope_report_locked(throttle_t *h, const char *key,
                                    size_t len, uint64_t ticket,
                                    throttle_outcome_t outcome);
+/* Before an admission of key: a scope its 429 or 503 would be published
+ * on (this handle's levels) that no answer has come back to yet gets its
+ * record, in an episode with nothing to wait for, so that one admission
+ * beneath goes first for the whole scope (scope.c says why). */
+void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
+                                  uint64_t now);
+/* After a crash in the critical section (table.c's repair): every holder
+ * beneath a capped pool takes the place there that a grant cut short did
+ * not (scope.c). */
+void throttle__scope_repair_locked(throttle_t *h);
 /* r was just inserted: start its learned cap from its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);

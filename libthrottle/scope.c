@@ -15,6 +15,26 @@
  *    scope's lease and dead-holder reclaim apply to it unchanged) and the
  *    scope's probe ticket; its leave answers for the scope
  *    (throttle__scope_report_locked);
+ *  - a cold scope (throttle__scope_enter_locked): a scope that the
+ *    caller's 429 and 503 are published on (the default: the root scope)
+ *    and that no answer has come back to yet gets its record, in an
+ *    episode with no not-before, so ONE first admission beneath goes as
+ *    its probe and the others follow its answer.  Without it, before
+ *    anything is known each table's first writer goes at once, and a
+ *    workspace answering 429 refuses one per table instead of one.  Any
+ *    answer from beneath marks the scope answered (REC_ANSWERED) for good;
+ *    an answer not published on the scope (OK, a table's LOCKED, a
+ *    permanent 4xx) ends its episode, a failure or an abandon passes the
+ *    probe to the next.  The cost: at a cold scope's start the other keys
+ *    beneath wait one request's latency (the first request's, however
+ *    long it takes: a long first load holds its siblings for as long,
+ *    once per scope per segment).  Chosen over a time bound on that wait
+ *    (a refusal slower than the bound would let the first wave go anyway,
+ *    early for the time the server had just given) and over the per-key
+ *    first wave (the refusals the scope exists to prevent).  A handle that
+ *    publishes 429 and 503 on the key creates no such record: its tables
+ *    stay independent, as before.  Only into a free record: a scope must
+ *    not evict the key being admitted;
  *  - which record a transient answer is published on (throttle__publish_key):
  *    LOCKED on the key, 429 and 503 on the root scope, unless the handle
  *    says otherwise (throttle_set_publish_level);
@@ -29,7 +49,10 @@
  *    mutex: atomic, no lock order, no place held while waiting.  A leave
  *    frees those places and wakes the keys beneath, so the oldest eligible
  *    waiter of any of them takes the place.  A pool's places are its
- *    record's slots, hence at most THROTTLE__SLOTS.
+ *    record's slots, hence at most THROTTLE__SLOTS (a larger cap on a
+ *    scope is refused by the setter).  After a crash inside a grant, the
+ *    repair gives a live holder the pool places it lacks
+ *    (throttle__scope_repair_locked).
  *
  * Rejected: copying a scope's not-before into every record beneath on
  * publish (a key created later would miss it, and a publish would cost a
@@ -70,16 +93,23 @@ static struct throttle__rec *scope_rec(throttle_t *h, const char *key,
   return throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
 }
 
+/* Does s hold a slot with this ticket (a place, or its probe)? */
+static bool holds_place(const struct throttle__rec *s, uint64_t ticket) {
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
+        s->slot[i].ticket == ticket)
+      return true;
+  return false;
+}
+
 /* Is the scope's probe still held?  Its holding slot is in the scope's own
  * record; the dead-holder reclaim and the lease of gate.c free it. */
 static bool probe_out(struct throttle__rec *s, uint64_t now) {
   if (s->probe_ticket == 0)
     return false;
   throttle__reap_locked(s, now);
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (s->slot[i].state == THROTTLE__SLOT_HOLDING &&
-        s->slot[i].ticket == s->probe_ticket)
-      return true;
+  if (holds_place(s, s->probe_ticket))
+    return true;
   __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
   return false;
 }
@@ -165,6 +195,38 @@ void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
     throttle__scope_touch(h);
     if (s->probes < UINT64_MAX)
       s->probes++;
+  }
+}
+
+/* ---- repair -------------------------------------------------------------- */
+
+/* A grant is one critical section: the key's slot, then a place in every
+ * pool above (grant_locked, then throttle__scope_take_locked).  A process
+ * killed between the two, while granting another process's waiter (a
+ * leave hands the key's slot on), left a live holder with no place: the
+ * pool would admit one more until it left.  The repair after the crash
+ * (the mutex's EOWNERDEAD) gives every holder beneath a capped pool the
+ * place it lacks there.  Not repaired: a rate's token not taken (one
+ * admission early in the pool's budget, once per crash), and the reverse
+ * cut, a leave killed between freeing the key's slot and its places (the
+ * place cannot be told from an admission on the scope itself, and it is
+ * reclaimed with its holder's death or lease: fewer admitted, never
+ * more). */
+void throttle__scope_repair_locked(throttle_t *h) {
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED)
+      continue;
+    for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
+         p++) {
+      struct throttle__rec *s = scope_rec(h, r->key, p);
+      if (s == NULL || s == r || s->fixed_cap == 0)
+        continue;
+      for (uint32_t j = 0; j < THROTTLE__SLOTS; j++)
+        if (r->slot[j].state == THROTTLE__SLOT_HOLDING &&
+            !holds_place(s, r->slot[j].ticket))
+          place(s, &r->slot[j]);
+    }
   }
 }
 
@@ -276,12 +338,26 @@ bool throttle__scope_pool_allows_locked(throttle_t *h,
   return true;
 }
 
+/* Did the server answer (as opposed to a failure that says nothing of the
+ * scope, or a caller that gave up)? */
+static bool answered(throttle_outcome_t o) {
+  return o == THROTTLE_OUTCOME_OK || o == THROTTLE_OUTCOME_LOCKED ||
+         o == THROTTLE_OUTCOME_RATE_LIMITED ||
+         o == THROTTLE_OUTCOME_UNAVAILABLE ||
+         o == THROTTLE_OUTCOME_PERMANENT;
+}
+
 void throttle__scope_report_locked(throttle_t *h, const char *key,
                                    size_t len, uint64_t ticket,
                                    throttle_outcome_t outcome) {
+  bool answer = answered(outcome);
   for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
     struct throttle__rec *s = scope_rec(h, key, p);
-    if (s == NULL || ticket == 0)
+    if (s == NULL)
+      continue;
+    if (answer && !(s->flags & THROTTLE__REC_ANSWERED))
+      throttle__rec_flags(s, THROTTLE__REC_ANSWERED, true);
+    if (ticket == 0)
       continue;
     bool freed = false;
     for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
@@ -297,7 +373,15 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
     bool probe = s->probe_ticket == ticket;
     if (probe) {
       __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
-      if (outcome == THROTTLE_OUTCOME_OK)
+      /* Any answer not published on s says s is open: a table's LOCKED
+       * is the table's, and the workspace served the request.  Not when
+       * s has a not-before again (another answer refused meanwhile): the
+       * episode then waits for it, or its passing would let all go. */
+      uint64_t now = throttle__now_ns();
+      bool here = outcome != THROTTLE_OUTCOME_OK &&
+                  outcome != THROTTLE_OUTCOME_PERMANENT &&
+                  throttle__publish_len(h, key, len, outcome) == p;
+      if (answer && !here && throttle__clamp_nb_locked(h, s, now) <= now)
         throttle__rec_flags(s, THROTTLE__REC_EPISODE, false);
     }
     if (!probe && !freed)
@@ -306,6 +390,35 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
      * again, and the oldest eligible waiter of any of them takes it */
     throttle__wake_rec(s);
     throttle__scope_below_locked(h, s, false);
+  }
+}
+
+/* ---- a cold scope ------------------------------------------------------ */
+
+void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
+                                  uint64_t now) {
+  static const throttle_outcome_t scoped[] = {THROTTLE_OUTCOME_RATE_LIMITED,
+                                              THROTTLE_OUTCOME_UNAVAILABLE};
+  uint32_t done = (uint32_t)len;
+  for (size_t i = 0; i < sizeof scoped / sizeof scoped[0]; i++) {
+    uint32_t p = throttle__publish_len(h, key, len, scoped[i]);
+    if (p >= len || p == done)
+      continue; /* published on the key: today's per-key behaviour */
+    done = p;
+    struct throttle__rec *s = scope_rec(h, key, p);
+    if (s != NULL && (s->flags & (THROTTLE__REC_ANSWERED |
+                                  THROTTLE__REC_EPISODE)))
+      continue; /* known, or its one probe is already the rule */
+    /* Only into a free record: evicting a key for a scope could take the
+     * key this admission is for (fail open: the keys go as before). */
+    if (s == NULL &&
+        (h->hdr->used >= h->capacity ||
+         throttle__insert_locked(h, key, p, throttle__hash(h->seed, key, p),
+                                 now, &s) != 0))
+      continue;
+    /* An episode with no not-before: the gate sends one probe beneath */
+    throttle__rec_flags(s, THROTTLE__REC_EPISODE, true);
+    throttle__scope_touch(h);
   }
 }
 

@@ -408,6 +408,7 @@ void throttle__repair_locked(throttle_t *h) {
     if (r->last_use_ns > now)
       r->last_use_ns = now;
   }
+  throttle__scope_repair_locked(h); /* pool places of a grant cut short */
   atomic_store_explicit(&h->hdr->tseq, (s | 1) + 1, memory_order_release);
   throttle__scope_touch(h); /* a publish or pause cut short by the crash */
 }

@@ -53,7 +53,9 @@ check "8 loaders: 24 lines 'ok'" 24 "$(cat "$tmp"/loader.? | grep -c ': ok (HTTP
 check "8 loaders: loads_ok" 24 "$(mock_stat loads_ok)"
 check "8 loaders: early" 0 "$(mock_stat early)"
 check_le "8 loaders: refused" 3 "$(mock_stat refused)"
-check "8 loaders: one key in the segment" "hotdata:127.0.0.1/orders" \
+# the key, and its workspace: the scope its 429s and 503s go to
+check "8 loaders: one key and its scope in the segment" \
+  "hotdata:127.0.0.1 hotdata:127.0.0.1/orders" \
   "$("$B/throttlectl" ls --json | "$PY" -c 'import json, sys
 print(" ".join(k["key"] for k in json.load(sys.stdin)["keys"]))')"
 

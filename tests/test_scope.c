@@ -64,13 +64,19 @@ struct kid {
   throttle_class_t cls; /* LIVE unless set */
 };
 
+/* A child's own handle (the inherited one is the parent's), or NULL. */
+static throttle_t *child_handle(struct th_fx *fx) {
+  throttle_close(fx->h);
+  throttle_t *h = NULL;
+  return throttle_open(fx->cfg, &h) == 0 ? h : NULL;
+}
+
 /* Enter table i, note the time, hold, leave (the first admitted of all
  * with the board's probe outcome, or dying without a leave). */
 static int child_enters(void *p) {
   struct kid *k = p;
-  throttle_close(k->fx->h);
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(k->fx->cfg, &h) == 0);
+  throttle_t *h = child_handle(k->fx);
+  TH_CHILD_CHECK(h != NULL);
   throttle_ticket_t *t = NULL;
   int rc = throttle_enter(h, tables[k->i % NTABLES], k->cls, HANG_GUARD_MS,
                           &t);
@@ -101,9 +107,8 @@ static int child_enters(void *p) {
 
 static int child_waits(void *p) {
   struct kid *k = p;
-  throttle_close(k->fx->h);
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(k->fx->cfg, &h) == 0);
+  throttle_t *h = child_handle(k->fx);
+  TH_CHILD_CHECK(h != NULL);
   k->b->rc[k->i] = throttle_wait(h, tables[k->i], THROTTLE_FOREVER);
   k->b->admit_ns[k->i] = th_now_ns();
   throttle_close(h);
@@ -170,7 +175,8 @@ static int first_admitted(const struct board *b) {
   return f;
 }
 
-/* A back-off of backoff_ms on "ws1", then one child per table enters; the
+/* A back-off of backoff_ms on "ws1" (none: 0), then one child per table
+ * enters; the
  * first admitted answers with o after holding hold_ms.  *first = its table. */
 static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
                                  uint64_t hold_ms, throttle_outcome_t o,
@@ -179,7 +185,8 @@ static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
   struct board *b = board_new();
   b->hold_ms = hold_ms;
   b->probe_outcome = o;
-  assert_int_equal(throttle_backoff(h, "ws1", backoff_ms), 0);
+  if (backoff_ms != 0) /* else the scope is cold: nothing known yet */
+    assert_int_equal(throttle_backoff(h, "ws1", backoff_ms), 0);
   struct kid k[NTABLES];
   pid_t pid[NTABLES];
   spawn_all(fx, b, k, child_enters, pid);
@@ -188,30 +195,90 @@ static struct board *probe_round(struct th_fx *fx, uint64_t backoff_ms,
   return b;
 }
 
-static void test_scope_one_probe_for_the_scope(void **state) {
+/* A probe round (see probe_round) in which every child was admitted and
+ * none but the first before its answer, plus after_ms; then the count of
+ * back-offs "ws1" was given is publishes. */
+static void others_follow(void **state, uint64_t backoff_ms,
+                          throttle_outcome_t o, uint64_t after_ms,
+                          int64_t publishes) {
   int f;
-  struct board *b =
-      probe_round(fx_of(state), 300, 200, THROTTLE_OUTCOME_OK, &f);
+  struct board *b = probe_round(fx_of(state), backoff_ms, 50, o, &f);
   for (int i = 0; i < NTABLES; i++) {
     assert_int_equal(b->rc[i], 0);
-    if (i != f) /* nobody beneath went before the probe's answer */
-      assert_true(b->admit_ns[i] >= b->leave_ns[f]);
+    if (i != f)
+      assert_true(b->admit_ns[i] >= b->leave_ns[f] + after_ms * NS_PER_MS);
   }
+  assert_int_equal(th_field(fx_of(state)->h, "ws1", THROTTLE_FIELD_PUBLISHES),
+                   publishes);
   munmap(b, sizeof *b);
 }
 
+static void test_scope_one_probe_for_the_scope(void **state) {
+  others_follow(state, 300, THROTTLE_OUTCOME_OK, 0, 1);
+}
+
+/* the probe's 429 publishes 1000 ms on "ws1" again */
 static void test_scope_probe_refused_again_holds_the_scope(void **state) {
-  int f; /* the probe's 429 publishes 1000 ms on "ws1" again */
-  struct board *b =
-      probe_round(fx_of(state), 200, 50, THROTTLE_OUTCOME_RATE_LIMITED, &f);
-  for (int i = 0; i < NTABLES; i++)
-    if (i != f) {
-      assert_int_equal(b->rc[i], 0);
-      assert_true(b->admit_ns[i] >= b->leave_ns[f] + 1000 * NS_PER_MS);
-    }
-  assert_int_equal(th_field(fx_of(state)->h, "ws1", THROTTLE_FIELD_PUBLISHES),
-                   2);
-  munmap(b, sizeof *b);
+  others_follow(state, 200, THROTTLE_OUTCOME_RATE_LIMITED, 1000, 2);
+}
+
+/* ---- a cold scope: one first request for the whole scope -------------- */
+
+/* Nothing known of "ws1" yet: 4 tables, one process each.  The first
+ * admitted goes alone; the others follow its answer, and when that answer
+ * is a 429 (published on "ws1"), its Retry-After too.  Without the rule,
+ * each table's first writer would go at once: 4 refusals, not 1. */
+static void test_scope_cold_scope_sends_one_first_request(void **state) {
+  others_follow(state, 0, THROTTLE_OUTCOME_OK, 0, 0);
+}
+
+static void test_scope_cold_scope_refused_holds_its_retry_after(void **state) {
+  others_follow(state, 0, THROTTLE_OUTCOME_RATE_LIMITED, 1000, 1);
+}
+
+static int try_in(throttle_t *h, const char *key, throttle_ticket_t **t) {
+  return throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, t, NULL);
+}
+
+/* What ends a cold scope's wait: an answer the server gave.  A LOCKED
+ * (the table's) opens the scope at once; a transport failure or a caller
+ * who gave up says nothing of it, so the next admission goes alone. */
+static void test_scope_cold_scope_opens_on_any_answer(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  throttle_ticket_t *t, *u, *v;
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_FAILED, 0), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0); /* the next one alone */
+  assert_int_equal(try_in(h, "ws1/users", &v), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_ABANDONED, 0), 0);
+  assert_int_equal(try_in(h, "ws1/users", &u), 0);
+  assert_int_equal(try_in(h, "ws1/events", &v), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_LOCKED, 1), 0);
+  assert_int_equal(try_in(h, "ws1/events", &v), 0); /* open: all at once */
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(throttle_leave(h, v, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_LOCK_EPISODE), 0);
+}
+
+/* A handle that publishes 429 and 503 on the key keeps every table
+ * independent: no scope record, no first request for the scope. */
+static void test_scope_cold_rule_only_where_signals_go(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_RATE_LIMITED,
+                                              THROTTLE_LEVEL_KEY),
+                   0);
+  assert_int_equal(throttle_set_publish_level(h, THROTTLE_OUTCOME_UNAVAILABLE,
+                                              THROTTLE_LEVEL_KEY),
+                   0);
+  throttle_ticket_t *t, *u;
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, "ws1", &info), THROTTLE_ENOKEY);
 }
 
 static void test_scope_dead_probe_is_reclaimed(void **state) {
@@ -518,6 +585,84 @@ static void test_scope_new_key_starts_from_siblings(void **state) {
   assert_int_equal(th_field(h, "ws1/new", THROTTLE_FIELD_CAP), 3);
 }
 
+/* ---- a grant cut short by a crash --------------------------------------- */
+
+struct crash_kid {
+  struct th_fx *fx;
+  int out, in; /* words to the parent, its go-ahead */
+  int armed;   /* dies at gate-mid-grant, handing ws1/orders on */
+};
+
+/* Holds "ws1/orders" (cap 1), says so, waits for the go-ahead, leaves
+ * (armed: killed while granting the slot to the waiting process). */
+static int kid_holds_orders(void *p) {
+  struct crash_kid *k = p;
+  throttle_t *h = child_handle(k->fx);
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE,
+                                HANG_GUARD_MS, &t) == 0);
+  th_send_u64(k->out, 1);
+  uint64_t go;
+  TH_CHILD_CHECK(th_recv_u64(k->in, &go) == 0);
+  if (k->armed)
+    TH_CHILD_CHECK(setenv("THROTTLE_CRASH_AT", "gate-mid-grant", 1) == 0);
+  throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  TH_CHILD_CHECK(!k->armed); /* the crash point was not reached */
+  throttle_close(h);
+  return 0;
+}
+
+/* A pool of 2 over "ws1"; "ws1/orders" has a cap of 1.  A holds orders, B
+ * waits for it; A is killed while its leave grants B the key's slot,
+ * before B's place in the pool is taken.  After the repair the pool
+ * counts B: beside it one more admission beneath, not two. */
+static void test_scope_pool_place_of_a_grant_cut_short(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 2), 0);
+  assert_int_equal(throttle_set_max_parallel(h, "ws1/orders", 1), 0);
+  throttle_ticket_t *t = NULL, *t2 = NULL;
+  assert_int_equal(try_in(h, "ws1/items", &t), 0); /* "ws1" answered: */
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  t = NULL; /* A's admission is no probe of a cold scope */
+  int up[2], down[2], bup[2], bdown[2];
+  assert_int_equal(pipe(up), 0);
+  assert_int_equal(pipe(down), 0);
+  assert_int_equal(pipe(bup), 0);
+  assert_int_equal(pipe(bdown), 0);
+  struct crash_kid a = {fx, up[1], down[0], 1}, b = {fx, bup[1], bdown[0], 0};
+  pid_t ap = th_spawn(fx, kid_holds_orders, &a);
+  uint64_t word;
+  assert_int_equal(th_recv_u64(up[0], &word), 0);
+  pid_t bp = th_spawn(fx, kid_holds_orders, &b);
+  th_wait_field(h, "ws1/orders", THROTTLE_FIELD_WAITING_LIVE, 1, 5000);
+  th_send_u64(down[1], 1); /* A leaves, and dies granting B */
+  th_reap_killed(fx, ap, HANG_GUARD_MS);
+  assert_int_equal(th_recv_u64(bup[0], &word), 0); /* B is in */
+  /* A's own place goes with A (reaped once someone waits); then one
+   * admission fits beside B, and no second one */
+  uint64_t m0 = th_mono_ms();
+  while (throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &t, NULL) !=
+             0 &&
+         th_mono_ms() - m0 < 5000)
+    th_sleep_ms(20);
+  assert_non_null(t);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 2);
+  assert_int_equal(
+      throttle_try_enter(h, "ws1/users", THROTTLE_CLASS_LIVE, &t2, NULL),
+      THROTTLE_EWOULDBLOCK);
+  th_send_u64(bdown[1], 1); /* B leaves: its place goes with it */
+  th_reap_ok(fx, bp, HANG_GUARD_MS);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+  int fds[] = {up[0], up[1], down[0], down[1], bup[0], bup[1], bdown[0],
+               bdown[1]};
+  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    close(fds[i]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -526,6 +671,10 @@ int main(void) {
       T(test_scope_backoff_holds_admissions_beneath),
       T(test_scope_one_probe_for_the_scope),
       T(test_scope_probe_refused_again_holds_the_scope),
+      T(test_scope_cold_scope_sends_one_first_request),
+      T(test_scope_cold_scope_refused_holds_its_retry_after),
+      T(test_scope_cold_scope_opens_on_any_answer),
+      T(test_scope_cold_rule_only_where_signals_go),
       T(test_scope_dead_probe_is_reclaimed),
       T(test_scope_pause_holds_every_key_until_resume),
       T(test_scope_cancel_reaches_every_key),
@@ -537,6 +686,7 @@ int main(void) {
       T(test_scope_pool_fifo_across_tables_live_first),
       T(test_scope_pool_rate_is_a_budget),
       T(test_scope_new_key_starts_from_siblings),
+      T(test_scope_pool_place_of_a_grant_cut_short),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -165,12 +165,31 @@ static bool field_is_flag(int f) {
          f == THROTTLE_FIELD_LOCK_EPISODE || f == THROTTLE_FIELD_PAUSED;
 }
 
+/* What the keys beneath a scope do (show SCOPE). */
+struct beneath {
+  const char *scope;
+  size_t len;
+  int64_t keys, flight, wait;
+};
+
+static int add_beneath(const throttle_info_t *info, void *arg) {
+  struct beneath *b = arg;
+  const char *k = throttle_info_key(info);
+  if (strncmp(k, b->scope, b->len) == 0 && k[b->len] == '/') {
+    b->keys++;
+    b->flight += throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT);
+    b->wait += throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE) +
+               throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL);
+  }
+  return 0;
+}
+
 /* {"key":"...","remaining_ms":N,...,"holders":[...]}: every field, by its
  * stable name, then the holders.  A key that is not UTF-8 also comes as
  * "key_base64" (ctl_json_key). */
 static void key_json(FILE *f, const struct rows *rows,
                      const struct keyrow *row, bool schema,
-                     const struct tree *t) {
+                     const struct beneath *t) {
   fputc('{', f);
   if (schema)
     fprintf(f, "\"schema\":%d,", CTL_JSON_SCHEMA);
@@ -184,14 +203,6 @@ static void key_json(FILE *f, const struct rows *rows,
   } else {
     fputs("null", f);
   }
-  if (t != NULL) {
-    size_t i = (size_t)(row - rows->v);
-    fprintf(f,
-            ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
-            "\"waiting\":%lld}",
-            (long long)t->keys[i], (long long)t->flight[i],
-            (long long)t->wait[i]);
-  }
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
     const char *name = throttle_field_name((throttle_field_t)i);
     if (name == NULL)
@@ -201,6 +212,13 @@ static void key_json(FILE *f, const struct rows *rows,
     else
       fprintf(f, ",\"%s\":%lld", name, (long long)row->field[i]);
   }
+  /* After the key's own fields: a reader that looks for the first
+   * "in_flight" finds the key's, not the sum beneath. */
+  if (t != NULL)
+    fprintf(f,
+            ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
+            "\"waiting\":%lld}",
+            (long long)t->keys, (long long)t->flight, (long long)t->wait);
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < row->hcount; i++) {
     const struct holder *hd = &rows->hv[row->hfirst + i];
@@ -412,7 +430,9 @@ int ctl_cmd_ls(struct ctx *c) {
   for (size_t i = 0; i < rows.n; i++) {
     if (i > 0)
       fputc(',', stdout);
-    key_json(stdout, &rows, &rows.v[i], false, &tr);
+    struct beneath sum = {rows.v[i].key, 0, tr.keys[i], tr.flight[i],
+                          tr.wait[i]};
+    key_json(stdout, &rows, &rows.v[i], false, &sum);
   }
   fputs("]}\n", stdout);
   tree_free(&tr);
@@ -451,25 +471,6 @@ static int holders_text(const struct rows *rows, const struct keyrow *row) {
   }
   ctl_table_free(&t);
   return rc;
-}
-
-/* What the keys beneath a scope do (show SCOPE). */
-struct beneath {
-  const char *scope;
-  size_t len;
-  int64_t keys, flight, wait;
-};
-
-static int add_beneath(const throttle_info_t *info, void *arg) {
-  struct beneath *b = arg;
-  const char *k = throttle_info_key(info);
-  if (strncmp(k, b->scope, b->len) == 0 && k[b->len] == '/') {
-    b->keys++;
-    b->flight += throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT);
-    b->wait += throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE) +
-               throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL);
-  }
-  return 0;
 }
 
 /* What the cap learner knows, in words.  Its own label: "cap:" is the
@@ -518,8 +519,11 @@ int ctl_cmd_show(struct ctx *c) {
     return XIT_FAIL;
   }
   const struct keyrow *row = &rows.v[0];
+  struct beneath b = {row->key, strlen(row->key), 0, 0, 0};
+  if (throttle_foreach(c->h, add_beneath, &b) != 0)
+    b.keys = b.flight = b.wait = 0; /* a snapshot that failed: none known */
   if (c->opt[OPT_JSON] != NULL) {
-    key_json(stdout, &rows, row, true, NULL);
+    key_json(stdout, &rows, row, true, &b);
     fputc('\n', stdout);
   } else {
     char key[KEY_TEXT_MAX];
@@ -531,8 +535,7 @@ int ctl_cmd_show(struct ctx *c) {
         printf("%s: %lld\n", name, (long long)row->field[i]);
     }
     rc = holders_text(&rows, row);
-    struct beneath b = {row->key, strlen(row->key), 0, 0, 0};
-    if (rc == 0 && throttle_foreach(c->h, add_beneath, &b) == 0 && b.keys)
+    if (rc == 0 && b.keys)
       printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
              (long long)b.keys, (long long)b.flight, (long long)b.wait);
   }

@@ -5,7 +5,14 @@
  * node_exporter's textfile collector (-o FILE, written atomically).
  *
  * One family per figure, each with # HELP and # TYPE, every sample
- * labelled with the segment and the key.  Counters end in _total (they
+ * labelled with the segment and the key, and with the key's own scope
+ * (its prefix at the last '/', as --json's "scope"; no label for a key
+ * with none, which keeps the series of such keys as they were), so a
+ * dashboard sums a workspace's tables by one label.  Per
+ * scope (every prefix at a '/' of a listed key, whether or not it has a
+ * record): the keys beneath it, their admissions held and their waiters;
+ * a pool's own occupancy is its row as a key (throttle_key_in_flight and
+ * throttle_key_cap with key="SCOPE").  Counters end in _total (they
  * only grow for a key's lifetime; an evicted and re-created key starts
  * again at 0, which Prometheus reads as a counter reset).  Label values
  * are escaped as the format says (backslash, double quote, newline); a key
@@ -39,15 +46,12 @@ static void label_value(FILE *f, const char *s) {
   }
 }
 
-/* Labels for a key's samples; the key made valid UTF-8 first. */
-static void key_labels(FILE *f, const char *segment, const char *key,
-                       const char *extra) {
-  char safe[KEY_TEXT_MAX];
+/* A key as a label value can carry it: valid UTF-8, other bytes as the
+ * text \xHH (as `ls` shows them). */
+static void utf8_text(const char *key, char *safe, size_t size) {
   size_t n = 0;
-  char one[2] = {0, 0};
   for (const unsigned char *p = (const unsigned char *)key;
-       *p && n + 5 < sizeof safe; p++) {
-    one[0] = (char)*p;
+       *p && n + 5 < size; p++) {
     /* A byte >= 0x80 is kept only as part of a valid sequence. */
     if (*p >= 0x80) {
       size_t len = 1;
@@ -55,23 +59,48 @@ static void key_labels(FILE *f, const char *segment, const char *key,
         len++;
       char seq[5] = {0};
       memcpy(seq, p, len);
-      if (ctl_utf8_valid(seq) && n + len < sizeof safe) {
+      if (ctl_utf8_valid(seq) && n + len < size) {
         memcpy(safe + n, seq, len);
         n += len;
         p += len - 1;
         continue;
       }
-      n += (size_t)snprintf(safe + n, sizeof safe - n, "\\x%02x", *p);
+      n += (size_t)snprintf(safe + n, size - n, "\\x%02x", *p);
       continue;
     }
-    safe[n++] = one[0];
+    safe[n++] = (char)*p;
   }
   safe[n] = 0;
-  fputs("{segment=\"", f);
-  label_value(f, segment);
-  fputs("\",key=\"", f);
+}
+
+/* ,name="value" with value made label-safe. */
+static void label(FILE *f, const char *name, const char *v) {
+  char safe[KEY_TEXT_MAX];
+  utf8_text(v, safe, sizeof safe);
+  fprintf(f, ",%s=\"", name);
   label_value(f, safe);
   fputc('"', f);
+}
+
+/* The key's own scope (its prefix at the last '/', as --json's "scope"),
+ * or "" for a key with none. */
+static void scope_of(const char *key, char *scope, size_t size) {
+  const char *slash = strrchr(key, '/');
+  size_t n = slash != NULL && slash > key ? (size_t)(slash - key) : 0;
+  snprintf(scope, size, "%.*s", (int)n, key);
+}
+
+/* Labels for a key's samples: segment, key, scope (and extra). */
+static void key_labels(FILE *f, const char *segment, const char *key,
+                       const char *extra) {
+  char scope[KEY_MAX + 1];
+  scope_of(key, scope, sizeof scope);
+  fputs("{segment=\"", f);
+  label_value(f, segment);
+  fputc('"', f);
+  label(f, "key", key);
+  if (scope[0] != 0) /* none: no label (Prometheus reads "" as absent) */
+    label(f, "scope", scope);
   if (extra != NULL)
     fprintf(f, ",%s", extra);
   fputc('}', f);
@@ -141,6 +170,93 @@ static void value(FILE *f, int64_t v, double scale) {
     fprintf(f, " %.3f\n", (double)v * scale);
 }
 
+/* ---- per scope: what the keys beneath it do ----------------------------- */
+
+struct scope_sum {
+  char scope[KEY_MAX + 1];
+  int64_t keys, flight, live, backfill; /* summed over the keys beneath */
+};
+
+static int by_scope(const void *a, const void *b) {
+  return strcmp(((const struct scope_sum *)a)->scope,
+                ((const struct scope_sum *)b)->scope);
+}
+
+/* One row per scope of any key (every prefix at a '/'), merged: *n rows.
+ * NULL with *n = 0 when there is none, or no memory (the scope families
+ * are then left out; the keys' are already written). */
+static struct scope_sum *scope_sums(const struct ctl_keys *k, size_t *n) {
+  size_t total = 0;
+  *n = 0;
+  for (size_t j = 0; j < k->n; j++)
+    for (const char *p = k->v[j].key + 1; (p = strchr(p, '/')) != NULL; p++)
+      total++;
+  struct scope_sum *v = total ? calloc(total, sizeof *v) : NULL;
+  if (v == NULL)
+    return NULL;
+  for (size_t j = 0; j < k->n; j++) {
+    const struct ctl_key *m = &k->v[j];
+    for (const char *p = m->key + 1; (p = strchr(p, '/')) != NULL; p++) {
+      struct scope_sum *e = &v[(*n)++];
+      snprintf(e->scope, sizeof e->scope, "%.*s", (int)(p - m->key), m->key);
+      e->keys = 1;
+      e->flight = m->f[THROTTLE_FIELD_IN_FLIGHT];
+      e->live = m->f[THROTTLE_FIELD_WAITING_LIVE];
+      e->backfill = m->f[THROTTLE_FIELD_WAITING_BACKFILL];
+    }
+  }
+  qsort(v, *n, sizeof *v, by_scope);
+  size_t out = 0;
+  for (size_t i = 0; i < *n; i++) {
+    if (out > 0 && strcmp(v[out - 1].scope, v[i].scope) == 0) {
+      v[out - 1].keys += v[i].keys;
+      v[out - 1].flight += v[i].flight;
+      v[out - 1].live += v[i].live;
+      v[out - 1].backfill += v[i].backfill;
+    } else {
+      v[out++] = v[i];
+    }
+  }
+  *n = out;
+  return v;
+}
+
+static void scope_sample(FILE *f, const char *name, const char *seg,
+                         const char *scope, const char *extra, int64_t v) {
+  fprintf(f, "%s{segment=\"", name);
+  label_value(f, seg);
+  fputc('"', f);
+  label(f, "scope", scope);
+  if (extra != NULL)
+    fprintf(f, ",%s", extra);
+  fprintf(f, "} %lld\n", (long long)v);
+}
+
+/* A pool's own places are its row as a key (throttle_key_in_flight and
+ * throttle_key_cap with key="SCOPE"); these are the sums beneath it. */
+static void write_scopes(FILE *f, const char *seg, const struct ctl_keys *k) {
+  size_t n;
+  struct scope_sum *v = scope_sums(k, &n);
+  head(f, "throttle_scope_keys", GAUGE,
+       "Keys beneath the scope, at every depth.");
+  for (size_t i = 0; i < n; i++)
+    scope_sample(f, "throttle_scope_keys", seg, v[i].scope, NULL, v[i].keys);
+  head(f, "throttle_scope_in_flight", GAUGE,
+       "Admissions held now by the keys beneath the scope.");
+  for (size_t i = 0; i < n; i++)
+    scope_sample(f, "throttle_scope_in_flight", seg, v[i].scope, NULL,
+                 v[i].flight);
+  head(f, "throttle_scope_waiting", GAUGE,
+       "Callers waiting for the keys beneath the scope, by class.");
+  for (size_t i = 0; i < n; i++) {
+    scope_sample(f, "throttle_scope_waiting", seg, v[i].scope,
+                 "class=\"live\"", v[i].live);
+    scope_sample(f, "throttle_scope_waiting", seg, v[i].scope,
+                 "class=\"backfill\"", v[i].backfill);
+  }
+  free(v);
+}
+
 static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
   head(f, "throttle_segment_keys", GAUGE, "Keys in the segment's table.");
   fputs("throttle_segment_keys{segment=\"", f);
@@ -179,6 +295,7 @@ static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
       value(f, m->f[fam->field], fam->scale);
     }
   }
+  write_scopes(f, seg, k);
 }
 
 /* FILE.tmp.XXXXXX beside FILE, then rename: a collector never reads half
