@@ -39,6 +39,8 @@
 #define THROTTLE__JITTER_MAX_NS UINT64_C(25000000)
 #define THROTTLE__NS_PER_MS UINT64_C(1000000)
 #define THROTTLE__POLL_NS (250 * THROTTLE__NS_PER_MS) /* sleepers re-check */
+/* how long a cold scope's first request holds the keys beneath (scope.c) */
+#define THROTTLE__COLD_HOLD_NS (1000 * THROTTLE__NS_PER_MS)
 
 enum { THROTTLE__REC_FREE = 0, THROTTLE__REC_USED = 0x55534544u /* "USED" */ };
 

@@ -26,12 +26,18 @@
  *    an answer not published on the scope (OK, a table's LOCKED, a
  *    permanent 4xx) ends its episode, a failure or an abandon passes the
  *    probe to the next.  The cost: at a cold scope's start the other keys
- *    beneath wait one request's latency (the first request's, however
- *    long it takes: a long first load holds its siblings for as long,
- *    once per scope per segment).  Chosen over a time bound on that wait
- *    (a refusal slower than the bound would let the first wave go anyway,
- *    early for the time the server had just given) and over the per-key
- *    first wave (the refusals the scope exists to prevent).  A handle that
+ *    beneath wait one request's latency, at most THROTTLE__COLD_HOLD_NS
+ *    (1 s) after the first request's grant, once per scope per segment.
+ *    The bound is there because nothing is known yet: without it a long
+ *    first load would hold its siblings for as long, and a caller that
+ *    holds one table's admission while it enters another (nested work, a
+ *    batch that takes its places first) would wait for itself forever.
+ *    Past the bound the keys go as if no scope had a record; the first
+ *    answer still ends the episode (or, a 429, starts one with a
+ *    not-before).  What the bound gives up: a first refusal slower than
+ *    1 s lets the first wave go before its Retry-After is known.
+ *    Rejected: no bound (the self-wait above), and the per-key first wave
+ *    (the refusals the scope exists to prevent).  A handle that
  *    publishes 429 and 503 on the key creates no such record: its tables
  *    stay independent, as before.  Only into a free record: a scope must
  *    not evict the key being admitted;
@@ -102,14 +108,28 @@ static bool holds_place(const struct throttle__rec *s, uint64_t ticket) {
   return false;
 }
 
-/* Is the scope's probe still held?  Its holding slot is in the scope's own
- * record; the dead-holder reclaim and the lease of gate.c free it. */
-static bool probe_out(struct throttle__rec *s, uint64_t now) {
+/* Does the scope's probe still hold the keys beneath?  Its holding slot is
+ * in the scope's own record; the dead-holder reclaim and the lease of
+ * gate.c free it.  A cold scope's first request (no answer yet, see the
+ * header) holds them at most THROTTLE__COLD_HOLD_NS after its grant;
+ * *next is then when that hold ends. */
+static bool probe_out(struct throttle__rec *s, uint64_t now, uint64_t *next) {
   if (s->probe_ticket == 0)
     return false;
   throttle__reap_locked(s, now);
-  if (holds_place(s, s->probe_ticket))
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    const struct throttle__slot *q = &s->slot[i];
+    if (q->state != THROTTLE__SLOT_HOLDING || q->ticket != s->probe_ticket)
+      continue;
+    if (s->flags & THROTTLE__REC_ANSWERED)
+      return true;
+    uint64_t until = q->since_ns + THROTTLE__COLD_HOLD_NS;
+    if (until <= now)
+      return false; /* the cold hold is over: the keys go, episode kept */
+    if (until < *next)
+      *next = until;
     return true;
+  }
   __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
   return false;
 }
@@ -130,9 +150,10 @@ int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
       return THROTTLE__SCOPE_HELD;
     }
     if (s->flags & THROTTLE__REC_EPISODE) {
-      if (probe_out(s, now))
+      if (probe_out(s, now, next))
         return THROTTLE__SCOPE_HELD;
-      verdict = THROTTLE__SCOPE_PROBE;
+      if (s->probe_ticket == 0)
+        verdict = THROTTLE__SCOPE_PROBE;
     }
   }
   return verdict;

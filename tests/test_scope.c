@@ -262,6 +262,32 @@ static void test_scope_cold_scope_opens_on_any_answer(void **state) {
   assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_LOCK_EPISODE), 0);
 }
 
+/* A cold scope's first request holds its siblings at most 1 s
+ * (THROTTLE__COLD_HOLD_NS): a caller holding one table while it enters
+ * another (nested work) waits that long, never for itself forever.  Its
+ * answer still ends the episode; a 429 after the bound still holds all. */
+static void test_scope_cold_hold_is_bounded(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  throttle_ticket_t *t, *u, *v;
+  uint64_t m0 = th_mono_ms();
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(
+      throttle_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, 10000, &u), 0);
+  assert_true(th_mono_ms() - m0 >= 990); /* not before the bound */
+  assert_true(th_mono_ms() - m0 < 9000); /* and not the 10 s timeout */
+  assert_int_equal(try_in(h, "ws1/users", &v), 0);
+  assert_int_equal(throttle_leave(h, v, THROTTLE_OUTCOME_OK, 0), 0);
+  /* the first request's late 429 is the scope's, for every key */
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_RATE_LIMITED, 30000),
+                   0);
+  assert_int_equal(try_in(h, "ws1/users", &v), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  uint64_t left = 0;
+  assert_int_equal(throttle_remaining(h, "ws1/events", &left), 0);
+  assert_true(left > 25000);
+}
+
 /* A handle that publishes 429 and 503 on the key keeps every table
  * independent: no scope record, no first request for the scope. */
 static void test_scope_cold_rule_only_where_signals_go(void **state) {
@@ -674,6 +700,7 @@ int main(void) {
       T(test_scope_cold_scope_sends_one_first_request),
       T(test_scope_cold_scope_refused_holds_its_retry_after),
       T(test_scope_cold_scope_opens_on_any_answer),
+      T(test_scope_cold_hold_is_bounded),
       T(test_scope_cold_rule_only_where_signals_go),
       T(test_scope_dead_probe_is_reclaimed),
       T(test_scope_pause_holds_every_key_until_resume),

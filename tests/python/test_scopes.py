@@ -21,6 +21,13 @@ T0, T1, T2 = WS + "/t0", WS + "/t1", WS + "/t2"
 OTHER = "hotdata:ws2/t0"
 
 
+def answer_workspace(t, key=T0):
+    """The workspace's first answer.  Until one comes, a cold scope sends one
+    first request and holds the keys beneath (up to 1 s): a test that holds
+    several admissions at once starts from a workspace already answered."""
+    t.admit(key, timeout=5).leave()
+
+
 # ---- signals on a scope -----------------------------------------------------------
 
 def test_scope_backoff_holds_every_key_beneath(t):
@@ -31,6 +38,25 @@ def test_scope_backoff_holds_every_key_beneath(t):
         assert t.wait(key, timeout=0) is False
     assert t.remaining(OTHER) == 0.0  # another workspace is not beneath
     t.try_admit(OTHER).leave()
+
+
+def test_cold_scope_sends_one_first_request(t):
+    first = t.try_admit(T0)
+    assert first is not None
+    assert t.try_admit(T1) is None  # nothing known of the workspace yet
+    first.leave("rate_limited", 30)  # its 429 holds every table
+    assert t.remaining(T1) > 25 and t.try_admit(T2) is None
+
+
+def test_cold_scope_hold_ends_at_the_answer_or_after_a_second(t):
+    first = t.try_admit(T0)
+    with t.admit(T1, timeout=10):  # the same caller, nested: no self-wait
+        pass
+    first.leave()
+    a, b = t.try_admit(T1), t.try_admit(T2)  # answered: all go at once
+    assert a is not None and b is not None
+    a.leave()
+    b.leave()
 
 
 def test_scope_clear_opens_every_key_beneath(t):
@@ -96,6 +122,7 @@ def test_pool_bounds_the_sum_of_its_keys(t):
     t.set_max_parallel(WS, 2)
     for key in (T0, T1, T2):
         t.set_max_parallel(key, 8)
+    answer_workspace(t)
     a = t.try_admit(T0)
     b = t.try_admit(T1)
     assert a is not None and b is not None
@@ -130,6 +157,7 @@ def test_pool_backfill_share_keeps_live_ahead(t):
     # while a live request of another table still gets in
     t.set_max_parallel(WS, 2)
     t.set_backfill_share(WS, 0.5)
+    answer_workspace(t)
     b0 = t.try_admit(T0, "backfill")
     assert b0 is not None
     assert t.try_admit(T1, "backfill") is None
@@ -244,6 +272,7 @@ def test_set_max_parallel_auto_checks_its_bound(t):
 
 def test_beneath_sums_only_the_keys_under_the_scope(t):
     t.set_max_parallel(T0, 4)
+    answer_workspace(t)
     a, b = t.admit(T0), t.admit(T0)
     c = t.admit(OTHER)
     t.backoff(WS + "x/t0", 5)  # a prefix, not a scope of WS
