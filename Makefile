@@ -231,8 +231,8 @@ bench: all $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/http_fleet.sh"; B=$(B) BENCH_QUICK=$(BENCH_QUICK) sh bench/http_fleet.sh
 	@echo "== multi-table fleet: a workspace-wide 429, per-table signals vs scoped"
-	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key | head -1
-	@B=$(B) sh tests/test_scope_fleet.sh | head -1
+	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key >$(B)/bench/scope-key.txt 2>&1; head -n 1 $(B)/bench/scope-key.txt
+	@B=$(B) sh tests/test_scope_fleet.sh >$(B)/bench/scope-scoped.txt 2>&1; head -n 1 $(B)/bench/scope-scoped.txt
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
