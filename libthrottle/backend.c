@@ -208,14 +208,28 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
                        uint64_t *wait_ms) {
   READ_ONLY_STAYS(h);
   /* While the backend comes back, some of this host's callers may still
-   * be in the segment's gate: one of them told "come back later" after
-   * this caller's heal must hold it too, so an admission is checked
-   * against the segment once more (a lock-free read) and handed back if
-   * the segment closed meanwhile. */
+   * be in the segment's gate, admitted or queued there during the outage.
+   * The backend knows nothing of them, so a caller it admitted would be a
+   * second gate for the key on this host: the host returns to the backend
+   * key by key, once the segment's gate for the key is empty (until then
+   * callers queue behind the others there, FIFO).  Checked before the
+   * backend is asked and once more after it admitted (a caller that went
+   * to the segment meanwhile): an admission is then handed back.  One of
+   * them told "come back later" after this caller's heal must hold it
+   * too, so the admission is also checked against the segment's
+   * not-before and handed back if it closed meanwhile. */
+  if (throttle__segment_busy(h, key))
+    return THROTTLE__BE_DOWN; /* not an outage: no notice */
   for (int tries = 0;; tries++) {
     heal(h, key);
     int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
                                probe, wait_ms);
+    if (rc == 0 && throttle__segment_busy(h, key)) {
+      (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,
+                              0);
+      *tk = NULL;
+      return THROTTLE__BE_DOWN;
+    }
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);

@@ -112,6 +112,8 @@ struct throttle__be;
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
 /* backoff.c: the segment's own ms left for key (0 = open). */
 uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
+/* backoff.c: the segment still admits or queues callers of key. */
+bool throttle__segment_busy(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);

@@ -532,6 +532,34 @@ static void test_redis_restart_healed_from_host_segment(void **state) {
   throttle_close(b);
 }
 
+/* A caller the segment admitted during an outage is still in flight when
+ * Redis is back (empty): Redis knows nothing of it, so the host's next
+ * caller must queue behind it in the segment rather than be admitted by
+ * Redis as a second gate on this host. */
+static void test_redis_host_returns_once_its_segment_is_empty(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  th_redis_stop(&R, 1);
+  throttle_ticket_t *held = NULL, *t = NULL;
+  assert_int_equal(throttle_enter(a, "c", THROTTLE_CLASS_LIVE, 1000, &held),
+                   0);
+  assert_int_equal(th_redis_start(&R), 0);
+  th_sleep_ms(1200); /* past the retry pause: Redis is asked again */
+  uint64_t wait_ms = 0;
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t,
+                                      &wait_ms),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(a, held, THROTTLE_OUTCOME_OK, 0), 0);
+  /* the segment's gate is empty: this one goes through Redis */
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t,
+                                      &wait_ms),
+                   0);
+  assert_int_equal(field(b, "c", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 static void test_redis_stalled_server_blocks_no_call(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -591,6 +619,8 @@ int main(int argc, char **argv) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_restart_healed_from_host_segment, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_host_returns_once_its_segment_is_empty, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };
