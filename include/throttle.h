@@ -627,6 +627,18 @@ THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
 THROTTLE_EXTERN const char *throttle_info_holder_host(
     const throttle_info_t *info, size_t i);
 
+/* Waiter i (0-based, in arrival order) of a snapshot: its pid, how long
+ * it has waited, its class; and its host (as for holders).  At most the
+ * first 32 waiters are listed (the waiting_* fields count them all).
+ * Returns 0, or THROTTLE_ENOKEY when i is past the last waiter; the host
+ * function NULL. */
+THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
+                                         size_t i, int64_t *pid,
+                                         int64_t *age_ms,
+                                         throttle_class_t *cls);
+THROTTLE_EXTERN const char *throttle_info_waiter_host(
+    const throttle_info_t *info, size_t i);
+
 /* Snapshot one key into *out (free it with throttle_info_free).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY, THROTTLE_ENOMEM,
  * THROTTLE_ELOCKTIMEOUT. */

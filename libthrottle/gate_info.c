@@ -59,6 +59,52 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
     out->holder[k].age_ms =
         s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
   }
+  /* The waiters in arrival order (their tickets): at most 32, sorted by
+   * insertion. */
+  uint64_t tickets[THROTTLE__SLOTS];
+  out->nwaiters = 0;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    const struct throttle__slot *s = &r->slot[i];
+    if (s->state != THROTTLE__SLOT_WAITING)
+      continue;
+    uint32_t k = out->nwaiters++;
+    while (k > 0 && tickets[k - 1] > s->ticket) {
+      tickets[k] = tickets[k - 1];
+      out->waiter[k] = out->waiter[k - 1];
+      k--;
+    }
+    tickets[k] = s->ticket;
+    out->waiter[k].pid = s->pid;
+    out->waiter[k].host[0] = 0;
+    out->waiter[k].cls = s->cls;
+    out->waiter[k].probe = 0;
+    out->waiter[k].age_ms =
+        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
+  }
+}
+
+THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
+                                         size_t i, int64_t *pid,
+                                         int64_t *age_ms,
+                                         throttle_class_t *cls) {
+  if (info == NULL)
+    return THROTTLE_EINVAL;
+  if (i >= info->nwaiters)
+    return THROTTLE_ENOKEY;
+  if (pid)
+    *pid = info->waiter[i].pid;
+  if (age_ms)
+    *age_ms = (int64_t)info->waiter[i].age_ms;
+  if (cls)
+    *cls = (throttle_class_t)info->waiter[i].cls;
+  return 0;
+}
+
+THROTTLE_EXTERN const char *
+throttle_info_waiter_host(const throttle_info_t *info, size_t i) {
+  if (info == NULL || i >= info->nwaiters)
+    return NULL;
+  return info->waiter[i].host;
 }
 
 THROTTLE_EXTERN const char *

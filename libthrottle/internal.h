@@ -326,14 +326,14 @@ struct throttle {
 struct throttle_info {
   char key[THROTTLE__KEY_MAX + 1];
   int64_t field[THROTTLE_FIELD_COUNT_];
-  uint32_t nholders;
-  struct {
+  uint32_t nholders, nwaiters;
+  struct throttle__party {
     uint32_t pid;
     uint8_t cls;
     uint8_t probe;
-    uint64_t age_ms;
-    char host[64]; /* "" on the segment */
-  } holder[THROTTLE__SLOTS];
+    uint64_t age_ms; /* since the grant (holder) or the arrival (waiter) */
+    char host[64];   /* "" on the segment */
+  } holder[THROTTLE__SLOTS], waiter[THROTTLE__SLOTS]; /* waiters: FIFO */
 };
 
 /* Thread-local state of the library.  Initial-exec: a plain %fs-relative

@@ -155,6 +155,34 @@ while [ "$(lines '^KEY' "$tmp/w2")" -lt 1 ] && [ $i -lt 200 ]; do
 kill -INT $w; wait $w
 check_true "watch --interval below the minimum warns" contains \
   "$(cat "$tmp/err")" "the minimum, 0.1 s, is used"
+# ---- show lists the waiters, in arrival order, with pid and class ----
+"$T" pause queue
+"$T" run queue --class backfill --timeout 30 -- true &
+w1=$!
+i=0
+while ! "$T" show queue --json 2>/dev/null | grep -q '"waiting_backfill":1' &&
+  [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+"$T" run queue --timeout 30 -- true &
+w2=$!
+i=0
+while ! "$T" show queue --json 2>/dev/null | grep -q '"waiting_live":1' &&
+  [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+out=$("$T" show queue)
+check_true "show has a waiters section" contains "$out" "
+waiters:"
+check_true "the first to arrive is listed first, with pid and class" \
+  contains "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 3p)" \
+  "$w1  backfill"
+check_true "then the next" contains \
+  "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 4p)" "$w2  live"
+check_true "show --json carries them" contains "$("$T" show queue --json)" \
+  "\"waiters\":[{\"pid\":$w1,\"class\":\"backfill\""
+"$T" resume queue
+wait $w1
+check "the waiters go once resumed (backfill)" 0 $?
+wait $w2
+check "the waiters go once resumed (live)" 0 $?
+check_true "and are no longer listed" test -z "$("$T" show queue | grep '^waiters:')"
 # ---- a segment writable by others: refused for writing, shown read-only ----
 chmod 666 "/dev/shm$SEG"
 cp "/dev/shm$SEG" "$tmp/before"

@@ -594,6 +594,66 @@ static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
   assert_int_equal(field(h, THROTTLE_FIELD_CANCELED), N);
 }
 
+static int enter_class(void *arg) {
+  struct worker *w = arg;
+  throttle_t *h = child_open(w->fx);
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, KEY, (throttle_class_t)w->cls, 5000, &t);
+  if (rc == 0)
+    throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* A snapshot lists the waiters, in arrival order, with pid and class;
+ * past the last, ENOKEY (and NULL for the host). */
+static void test_gate_info_lists_waiters_in_arrival_order(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *h = th_open(fx);
+  struct obs *o = obs_new();
+  assert_int_equal(throttle_pause(h, KEY), 0);
+  enum { N = 3 };
+  static const int cls[N] = {THROTTLE_CLASS_BACKFILL, THROTTLE_CLASS_LIVE,
+                             THROTTLE_CLASS_BACKFILL};
+  struct worker w[N];
+  pid_t pid[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (struct worker){fx, o, i, 1, 0, cls[i], 0, 0};
+    pid[i] = th_spawn(fx, enter_class, &w[i]);
+    th_wait_field(h, KEY,
+                  cls[i] == THROTTLE_CLASS_LIVE
+                      ? THROTTLE_FIELD_WAITING_LIVE
+                      : THROTTLE_FIELD_WAITING_BACKFILL,
+                  cls[i] == THROTTLE_CLASS_LIVE ? 1 : (i == 0 ? 1 : 2),
+                  HANG_MS);
+  }
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, KEY, &info), 0);
+  for (int i = 0; i < N; i++) {
+    int64_t p = 0, age = -1;
+    throttle_class_t c = THROTTLE_CLASS_LIVE;
+    assert_int_equal(throttle_info_waiter(info, (size_t)i, &p, &age, &c), 0);
+    assert_int_equal(p, pid[i]);
+    assert_int_equal(c, cls[i]);
+    assert_true(age >= 0);
+    assert_string_equal(throttle_info_waiter_host(info, (size_t)i), "");
+  }
+  assert_int_equal(throttle_info_waiter(info, N, NULL, NULL, NULL),
+                   THROTTLE_ENOKEY);
+  assert_null(throttle_info_waiter_host(info, N));
+  assert_int_equal(throttle_info_waiter(NULL, 0, NULL, NULL, NULL),
+                   THROTTLE_EINVAL);
+  throttle_info_free(info);
+  assert_int_equal(throttle_resume(h, KEY), 0);
+  for (int i = 0; i < N; i++)
+    th_reap_ok(fx, pid[i], HANG_MS);
+  assert_int_equal(throttle_info(h, KEY, &info), 0);
+  assert_int_equal(throttle_info_waiter(info, 0, NULL, NULL, NULL),
+                   THROTTLE_ENOKEY);
+  throttle_info_free(info);
+}
+
 /* The participant slot of the only waiter of KEY. */
 static struct throttle__slot *waiting_slot(throttle_t *h) {
   for (uint32_t i = 0; i < h->capacity; i++) {
@@ -970,6 +1030,7 @@ int main(void) {
       T(test_gate_pause_resume),
       T(test_gate_cancel_wakes_all),
       T(test_gate_cancel_reaches_callers_beyond_slots),
+      T(test_gate_info_lists_waiters_in_arrival_order),
       T(test_gate_wake_changes_the_word),
       T(test_gate_sleepers_counted_for_wakes),
       T(test_gate_forked_child_holds_as_itself),

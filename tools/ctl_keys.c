@@ -26,6 +26,7 @@ struct keyrow {
   char key[KEY_MAX + 1];
   int64_t field[THROTTLE_FIELD_COUNT_];
   size_t hfirst, hcount; /* its holders in rows->hv */
+  size_t wcount;         /* then its waiters, in arrival order */
 };
 
 struct rows {
@@ -150,6 +151,18 @@ static int collect(const throttle_info_t *info, void *arg) {
     rows->hv[rows->hn++] = hd;
     row->hcount++;
   }
+  row->wcount = 0;
+  for (size_t i = 0;; i++) {
+    struct holder hd = {.probe = 0};
+    if (throttle_info_waiter(info, i, &hd.pid, &hd.age_ms, &hd.cls) != 0)
+      break;
+    const char *host = throttle_info_waiter_host(info, i);
+    snprintf(hd.host, sizeof hd.host, "%s", host != NULL ? host : "");
+    if (grow_holders(rows) != 0)
+      return 1;
+    rows->hv[rows->hn++] = hd;
+    row->wcount++;
+  }
   rows->n++;
   return 0;
 }
@@ -227,6 +240,18 @@ static void key_json(FILE *f, const struct rows *rows,
             "\"probe\":%s",
             i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
             (long long)hd->age_ms, hd->probe ? "true" : "false");
+    if (hd->host[0] != 0) {
+      fputs(",\"host\":", f);
+      ctl_json_string(f, hd->host);
+    }
+    fputc('}', f);
+  }
+  fputs("],\"waiters\":[", f);
+  for (size_t i = 0; i < row->wcount; i++) {
+    const struct holder *hd = &rows->hv[row->hfirst + row->hcount + i];
+    fprintf(f, "%s{\"pid\":%lld,\"class\":\"%s\",\"age_ms\":%lld",
+            i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
+            (long long)hd->age_ms);
     if (hd->host[0] != 0) {
       fputs(",\"host\":", f);
       ctl_json_string(f, hd->host);
@@ -442,20 +467,22 @@ int ctl_cmd_ls(struct ctx *c) {
 
 /* ---- show ------------------------------------------------------------- */
 
-/* "holders: none", or "holders:" and one indented line per holder. */
-static int holders_text(const struct rows *rows, const struct keyrow *row) {
-  if (row->hcount == 0) {
-    printf("holders: none\n");
+/* "holders: none", or "holders:" and one indented line per holder; the
+ * same for the waiters, in arrival order, when the key has any (a line
+ * "waiters: none" would change what every script reading show saw). */
+static int parties_text(const char *what, const struct holder *hv, size_t n) {
+  if (n == 0) {
+    printf("%s: none\n", what);
     return 0;
   }
   static const bool right[5] = {true, false, true, false, false};
   static char *const head[5] = {"PID", "CLASS", "AGE", "", "HOST"};
-  /* The HOST column only for holders of other hosts (a backend). */
-  bool hosts = rows->hv[row->hfirst].host[0] != 0;
+  /* The HOST column only for those of other hosts (a backend). */
+  bool hosts = hv[0].host[0] != 0;
   struct ctl_table t = {.ncols = hosts ? 5 : 4, .right = right};
   int rc = ctl_table_add(&t, head);
-  for (size_t i = 0; i < row->hcount && rc == 0; i++) {
-    const struct holder *hd = &rows->hv[row->hfirst + i];
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const struct holder *hd = &hv[i];
     char pid[24], cls[16], age[32], probe[8], host[64];
     char *cells[5] = {pid, cls, age, probe, host};
     snprintf(host, sizeof host, "%s", hd->host);
@@ -466,7 +493,7 @@ static int holders_text(const struct rows *rows, const struct keyrow *row) {
     rc = ctl_table_add(&t, cells);
   }
   if (rc == 0) {
-    printf("holders:\n");
+    printf("%s:\n", what);
     ctl_table_print(stdout, &t, "  ");
   }
   ctl_table_free(&t);
@@ -534,7 +561,10 @@ int ctl_cmd_show(struct ctx *c) {
       if (name != NULL)
         printf("%s: %lld\n", name, (long long)row->field[i]);
     }
-    rc = holders_text(&rows, row);
+    const struct holder *hv = &rows.hv[row->hfirst];
+    rc = parties_text("holders", hv, row->hcount);
+    if (rc == 0 && row->wcount > 0)
+      rc = parties_text("waiters", hv + row->hcount, row->wcount);
     if (rc == 0 && b.keys)
       printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
              (long long)b.keys, (long long)b.flight, (long long)b.wait);

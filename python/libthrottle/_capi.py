@@ -103,6 +103,10 @@ int throttle_info_holder(const throttle_info_t *info, size_t i, int64_t *pid,
                          int64_t *age_ms, throttle_class_t *cls, int *probe);
 const char *throttle_info_holder_host(const throttle_info_t *info,
                                       size_t i);
+int throttle_info_waiter(const throttle_info_t *info, size_t i, int64_t *pid,
+                         int64_t *age_ms, throttle_class_t *cls);
+const char *throttle_info_waiter_host(const throttle_info_t *info,
+                                      size_t i);
 int throttle_info(throttle_t *h, const char *key, throttle_info_t **out);
 void throttle_info_free(throttle_info_t *info);
 int throttle_foreach(throttle_t *h,

@@ -608,8 +608,9 @@ class Throttle:
         """A snapshot of one key: a dict with the fields of
         throttle_field_name() ("remaining_ms", "in_flight", "cap", ...),
         "key", "scope" (the key's own scope: its prefix at the last '/', or
-        None), and "holders" (pid, age_ms, klass, probe, and host: "" on
-        the segment, the holder's host on Redis).  A scope's snapshot is
+        None), "holders" (pid, age_ms, klass, probe, and host: "" on
+        the segment, the holder's host on Redis) and "waiters" (the same
+        but probe, in arrival order, the first 32).  A scope's snapshot is
         its own record (its back-off, pause, pool cap and in_flight);
         beneath() sums its keys.  ENOKEY when nothing was ever set or
         published on it."""
@@ -723,4 +724,13 @@ def _snapshot(info):
                         "host": _text(_core.throttle_info_holder_host(
                             info, len(holders)))})
     d["holders"] = holders
+    waiters = []
+    while _core.throttle_info_waiter(info, len(waiters), ctypes.byref(pid),
+                                     ctypes.byref(age),
+                                     ctypes.byref(cls)) == 0:
+        waiters.append({"pid": pid.value, "age_ms": age.value,
+                        "klass": "backfill" if cls.value else "live",
+                        "host": _text(_core.throttle_info_waiter_host(
+                            info, len(waiters)))})
+    d["waiters"] = waiters
     return d

@@ -424,6 +424,35 @@ def test_info_holders_and_stats(t):
     assert t.shared is True
 
 
+def test_info_waiters_in_arrival_order(t):
+    t.pause(KEY)
+    done = []
+
+    def wait(klass):
+        with t.admit(KEY, klass=klass, timeout=10):
+            done.append(klass)
+
+    threads = []
+    for klass in ("backfill", "live"):
+        th = threading.Thread(target=wait, args=(klass,))
+        th.start()
+        threads.append(th)
+        deadline = time.monotonic() + 10
+        while t.info(KEY)["waiting_" + klass] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    ws = t.info(KEY)["waiters"]
+    assert [w["klass"] for w in ws] == ["backfill", "live"]
+    for w in ws:
+        assert w["pid"] == os.getpid() and w["age_ms"] >= 0
+        assert w["host"] == "" and "probe" not in w
+    t.resume(KEY)
+    for th in threads:
+        th.join(10)
+    assert sorted(done) == ["backfill", "live"]
+    assert t.info(KEY)["waiters"] == []
+
+
 def test_keys_callback_error_does_not_cross_into_c(t, monkeypatch):
     t.backoff(KEY, 5)
 
