@@ -8,7 +8,8 @@
  * sets the cap to k (not k / 2), slow start, a raise priced at
  * 20 x R x 2^fails of work (R = 50 ms, so the test runs in seconds),
  * auto:MAX, a fixed cap that keeps what was learned, the same fields as
- * the segment's learner for the same reports, and hostile stored values.
+ * the segment's learner for the same reports, hostile stored values, and
+ * a key new to a scope seeded by what its siblings learned.
  * Skipped without redis-server.
  */
 #include <setjmp.h>
@@ -461,6 +462,57 @@ static void test_redis_learn_hostile_fields_bounded(void **state) {
   out(a, in(a, "h"), OK, 0);
 }
 
+/* A key new to a scope starts from what its siblings learned last
+ * (scope.c throttle__scope_seed_locked), on any host: the refused cap, R,
+ * out of slow start; a key that has learned keeps its own; another
+ * scope's key and a copied hostile value start as a new key does. */
+static void test_redis_learn_new_key_seeded_by_siblings(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  const char *b = th_extra_name(fx);
+  out(a, in(a, "ws/c"), OK, 0); /* learning alone: slow start to 2 */
+  slow_start_to(a, "ws/a", 4);
+  throttle_ticket_t *t[3];
+  for (int i = 0; i < 3; i++)
+    t[i] = in(a, "ws/a");
+  on_host(fx, b, "ws/a", LOCKED);
+  for (int i = 0; i < 3; i++)
+    out(a, t[i], OK, 0);
+  on_host(fx, b, "ws/b", OK); /* new: seeded, then granted below its cap */
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP), 3);
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP_GOOD), 3);
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP_FAIL), 4);
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP_FAILS), 0);
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP_RETRY_AFTER_MS), R_MS);
+  int64_t ago = field(a, "ws/b", THROTTLE_FIELD_CAP_LEARNED_AGO_MS);
+  assert_true(ago >= 0 && ago < 10000); /* not slow start */
+  assert_int_equal(field(a, "ws/b", THROTTLE_FIELD_CAP_NEXT_RAISE_MS),
+                   20 * R_MS);
+  assert_int_equal(field(a, "ws/c", THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(field(a, "ws/c", THROTTLE_FIELD_CAP_LEARNED_AGO_MS), -1);
+  on_host(fx, b, "other/b", OK);
+  assert_int_equal(field(a, "other/b", THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(field(a, "other/b", THROTTLE_FIELD_CAP_LEARNED_AGO_MS), -1);
+  /* what the parent scope's hash holds is no key of its own */
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(a, "ws", &info), THROTTLE_ENOKEY);
+  char buf[8192];
+  assert_int_equal(ctl(b, buf, sizeof buf, "ls"), 0);
+  if (!th_contains(buf, "ws/a") || th_contains(buf, "ws "))
+    fail_msg("ls: %s", buf);
+  const char *args[] = {"HSET",          "thr1:{ws}:k:ws", "seed_cap",
+                        "1e9",           "seed_good",      "-3",
+                        "seed_fail_cap", "nan",            "seed_ra_ms",
+                        "inf",           NULL};
+  assert_int_equal(th_redis_cli(&R, 0, args), 0);
+  on_host(fx, b, "ws/d", OK);
+  assert_int_equal(field(a, "ws/d", THROTTLE_FIELD_CAP), 1);
+  assert_int_equal(field(a, "ws/d", THROTTLE_FIELD_CAP_GOOD), 1);
+  assert_int_equal(field(a, "ws/d", THROTTLE_FIELD_CAP_FAIL), 0);
+  assert_int_equal(field(a, "ws/d", THROTTLE_FIELD_CAP_RETRY_AFTER_MS),
+                   INT64_C(604800000));
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   if (!th_redis_available()) {
@@ -488,6 +540,8 @@ int main(int argc, char **argv) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_learn_hostile_fields_bounded,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_learn_new_key_seeded_by_siblings, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

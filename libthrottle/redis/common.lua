@@ -1,7 +1,8 @@
 -- common.lua: prepended to every script (see libthrottle/redis.h for the
 -- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
--- 2 waiters zset, 3 waiter info hash, 4 watchers zset.
+-- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 the parent
+-- scope's state hash (KEYS[1] for a key without one: see seed below).
 -- ARGV 1..4: queue key prefix, idle TTL ms, this caller's max delay ms,
 -- the key's name (kept in the state hash for listings).
 local t = redis.call('TIME')
@@ -302,6 +303,25 @@ local function next_raise_us(L)
   return need - L.work
 end
 
+-- A key new to a scope starts from what its siblings learned (scope.c
+-- throttle__scope_seed_locked): each refusal that sets a cap leaves the
+-- learned state in the parent scope's hash (seed_* fields: the last one
+-- wins, as the segment seeds from the sibling that learned last), and a
+-- key whose hash does not exist yet copies it.  The parent's own fields
+-- are left alone, and its expiry only ever moves later.
+local PK = KEYS[5]
+
+local function seed_record(L)
+  if PK == nil or PK == K then return end
+  local existed = redis.call('EXISTS', PK) == 1
+  redis.call('HSET', PK, 'seed_cap', fmt(L.cap), 'seed_good', fmt(L.good),
+    'seed_fail_cap', fmt(L.fail), 'seed_ra_ms', fmt(L.ra))
+  local left = redis.call('PTTL', PK)
+  if not existed or (left >= 0 and left < TTL) then
+    redis.call('PEXPIRE', PK, TTL)
+  end
+end
+
 -- One admission's report (gate_learn.c throttle__learn_locked): outcome,
 -- the holders (with it) when it was granted, the holders besides it now,
 -- its hold in ms, the Retry-After it reported (0 none).  Only while no
@@ -327,6 +347,7 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
     L.work = 0
     L.learned = now > 0 and now or 1
     store_learned(L)
+    seed_record(L)
     return
   end
   -- Only a success at the cap says anything about a larger one.
@@ -344,4 +365,19 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
     end
   end
   store_learned(L)
+end
+
+-- A key new to a scope: seeded before the script runs (stored with the
+-- rest by store(); a script that stores nothing creates no key).  Its
+-- own work at the cap counts from now; every copied field is bounded.
+if PK ~= nil and PK ~= K and next(s) == nil then
+  local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
+    'seed_ra_ms')
+  if v[1] then
+    s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
+    s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
+    local L = learned()
+    L.learned = now > 0 and now or 1
+    store_learned(L)
+  end
 end

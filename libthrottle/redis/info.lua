@@ -1,7 +1,8 @@
 -- info: no ARGV beyond the common ones.  Returns -1 for a key that does
 -- not exist, else {fields in throttle_field_t order up to
 -- CAP_LEARNED_AGO_MS, then one 'pid age_ms cls probe host' string per holder}.
-if redis.call('EXISTS', K) == 0 then return -1 end
+-- (a hash with no name holds only what keys beneath it left: seed_*)
+if redis.call('EXISTS', K) == 0 or not s['key'] then return -1 end
 reap()
 local nb = clamp_nb()
 local left = 0
