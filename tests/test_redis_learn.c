@@ -231,16 +231,15 @@ static void test_redis_learn_raise_waits_for_work(void **state) {
   slow_start_to(a, "w", 2);
   throttle_ticket_t *t = in(a, "w");
   on_host(fx, b, "w", LOCKED); /* granted second, refused: k = 1 */
-  out(a, t, OK, 0);            /* at the cap of 1 now: its hold is work */
+  out(a, t, THROTTLE_OUTCOME_FAILED, 0); /* says nothing: no work */
   assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP), 1);
   assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP_FAIL), 2);
-  int64_t work = field(a, "w", THROTTLE_FIELD_CAP_WORK_MS);
-  int64_t next = field(a, "w", THROTTLE_FIELD_CAP_NEXT_RAISE_MS);
-  assert_true(work >= 0 && work < need);
-  assert_true(next + work >= need - 1 && next + work <= need);
+  int64_t work = field(a, "w", THROTTLE_FIELD_CAP_WORK_MS), next;
+  assert_int_equal(work, 0);
+  assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP_NEXT_RAISE_MS), need);
   int rounds = 0;
   while (field(a, "w", THROTTLE_FIELD_CAP) == 1) {
-    assert_true(++rounds <= 30); /* 100 ms each: due within 21 */
+    assert_true(++rounds <= 30); /* >= 99 ms of work each: due by 21 */
     t = in(a, "w");
     th_sleep_ms(100);
     out(a, t, OK, 0);
@@ -256,7 +255,6 @@ static void test_redis_learn_raise_waits_for_work(void **state) {
   printf("raised after %d holds of 100 ms, %lld ms of work\n", rounds,
          (long long)work);
   assert_true(work >= need);
-  assert_true(rounds >= 10); /* at most 2 s of work came before the loop */
   assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP), 2);
   assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP_GOOD), 1);
   assert_int_equal(field(a, "w", THROTTLE_FIELD_CAP_FAILS), 1);
