@@ -30,7 +30,7 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 1u
+#define THROTTLE__BACKEND_ABI 2u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
 
@@ -55,6 +55,7 @@ enum {
   THROTTLE__BE_PAUSE,
   THROTTLE__BE_RESUME, /* THROTTLE_ENOKEY for an unknown key */
   THROTTLE__BE_CANCEL, /* THROTTLE_ENOKEY for an unknown key */
+  THROTTLE__BE_CAP_AUTO, /* a = auto:MAX bound (0 = none): learned, <= a */
 };
 
 struct throttle__backend {

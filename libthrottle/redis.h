@@ -16,9 +16,17 @@
  *   - FIFO cap, live before backfill, backfill share of the cap (at least
  *     one slot when the share is > 0), GCRA rate with burst n, pause
  *     (gate.c grant_locked, rate_allows, backfill_cap).
- *   - the learned cap: slow start to the first refusal, halving on a
- *     LOCKED with others in flight, growth after 64 * cap * 2^fails
- *     successes at the cap (gate.c learn_locked).
+ *   - the learned cap (gate_learn.c, docs/LEARNED-CAP.md): a LOCKED
+ *     with k >= 1 others in flight sets the cap to min(k, bound), keeps
+ *     its Retry-After R and counts a failed raise; a LOCKED with k = 0
+ *     and other outcomes teach nothing; an OK granted at the cap adds
+ *     hold / cap to the work, makes a raised cap good, and raises it by
+ *     one in slow start, else to good + 1 once the work reaches
+ *     20 * R * 2^fails; auto:MAX bounds it, a fixed cap stops it and
+ *     keeps what it learned (common.lua learn; hold times and the learned
+ *     time on Redis's clock); a key new to a scope starts from what the
+ *     last refusal of a key beneath it taught (scope.c
+ *     throttle__scope_seed_locked; see seed_* below).
  *   - cancel ends the current waiters only; later callers are unaffected.
  * What differs, and why: Redis is the only clock (scripts read TIME and
  * return relative delays; clients sleep on their own monotonic clock);
@@ -33,11 +41,15 @@
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
  * non-printing bytes), so braces in a name cannot move the tag.
  *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
- *                    learned cap, counters, the fence counter, and the
- *                    holders as fields h:FENCE -> class probe concurrent
- *                    since live_until lease_until lease liveness host pid
- *                    (one key: an uncontended admission is one read and
- *                    one write of it)
+ *                    learned cap (auto_* fields, common.lua), counters,
+ *                    the fence counter, and the holders as fields
+ *                    h:FENCE -> class probe concurrent since live_until
+ *                    lease_until lease liveness host pid (one key: an
+ *                    uncontended admission is one read and one write of
+ *                    it).  For a scope (a key up to its last '/'), also
+ *                    what the last refusal beneath it taught (seed_*),
+ *                    copied by a key new to it; a hash holding only
+ *                    those is no key.
  *   thr1:{R}:w:KEY   waiters in arrival order (zset, score = id)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)

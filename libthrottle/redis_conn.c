@@ -304,7 +304,7 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 
 /* ---- scripts ----------------------------------------------------------- */
 
-#define NKEYS 4
+#define NKEYS 5 /* k w wi x of the key, then the parent scope's k */
 #define NCOMMON 4
 
 /* One script call: EVALSHA, and EVAL when the server does not know the
@@ -312,14 +312,26 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
  * (c->err set) or a script error (message set). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
                      const char *key, int argc, const char **argv) {
-  static const char *const kinds[NKEYS] = {"k", "w", "wi", "x"};
+  static const char *const kinds[NKEYS - 1] = {"k", "w", "wi", "x"};
   char keys[NKEYS][THROTTLE__KEY_MAX * 6 + 64];
   char qp[THROTTLE__KEY_MAX * 6 + 64], ttl[24], maxd[24], nkeys[4];
+  char parent[THROTTLE__KEY_MAX + 1];
   const char *av[3 + NKEYS + NCOMMON + 16];
   if (argc > 16)
     return NULL;
-  for (int i = 0; i < NKEYS; i++)
+  for (int i = 0; i < NKEYS - 1; i++)
     rds_key(keys[i], sizeof keys[i], kinds[i], key);
+  /* The parent scope's state hash (the key up to its last '/'; the key's
+   * own for a key without one), where a refusal leaves what it taught for
+   * a sibling key new to the scope (common.lua seed).  The same hash tag:
+   * the parent has the same root. */
+  const char *slash = strrchr(key, '/');
+  size_t plen = slash != NULL && slash != key ? (size_t)(slash - key) : 0;
+  if (plen == 0 || plen >= sizeof parent)
+    plen = strnlen(key, sizeof parent - 1);
+  memcpy(parent, key, plen);
+  parent[plen] = 0;
+  rds_key(keys[NKEYS - 1], sizeof keys[NKEYS - 1], "k", parent);
   rds_key(qp, sizeof qp, "q", key);
   snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)r->ttl_ms);
   snprintf(maxd, sizeof maxd, "%llu", (unsigned long long)r->max_delay_ms);

@@ -526,9 +526,9 @@ static int set_call(struct rds *r, const char *key, const char *what,
 
 static int rds_set(void *be, const char *key, int what, uint64_t a,
                    uint64_t b) {
-  static const char *const names[] = {"cap",   "rate",   "share",
-                                      "pause", "resume", "cancel"};
-  if (what < 0 || what > THROTTLE__BE_CANCEL)
+  static const char *const names[] = {"cap",   "rate",   "share", "pause",
+                                      "resume", "cancel", "auto"};
+  if (what < 0 || what > THROTTLE__BE_CAP_AUTO)
     return THROTTLE_EINVAL;
   return set_call(be, key, names[what], a, b);
 }
@@ -622,7 +622,7 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
   }
   memset(out, 0, sizeof *out);
   snprintf(out->key, sizeof out->key, "%s", key);
-  size_t nf = (size_t)THROTTLE_FIELD_PERMANENT + 1;
+  size_t nf = (size_t)THROTTLE_FIELD_CAP_LEARNED_AGO_MS + 1;
   for (size_t i = 0; i < nf; i++)
     out->field[i] = elem_int(rep, i);
   for (size_t i = nf; i < rep->elements && out->nholders < THROTTLE__SLOTS;

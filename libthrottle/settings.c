@@ -69,14 +69,10 @@ static int set_cap_checked(throttle_t *h, const char *key, uint32_t n,
     return h ? throttle__fail(h, THROTTLE_EINVAL, "max parallel %s%u: at most %u",
                               what, n, THROTTLE__SLOTS)
              : THROTTLE_EINVAL;
-  if (fn == set_cap)
-    THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_CAP, n, 0));
-  else if (h != NULL && h->be != NULL)
-    /* The Redis scripts keep a learned cap without a bound of its own. */
-    return throttle__fail(h, THROTTLE_EINVAL,
-                          "max parallel auto:%u: a bound on the learned cap "
-                          "is kept only in a shared-memory segment",
-                          n);
+  THROTTLE__BE_TRY(h, throttle__be_set(h, key,
+                                        fn == set_cap ? THROTTLE__BE_CAP
+                                                      : THROTTLE__BE_CAP_AUTO,
+                                        n, 0));
   return with_key(h, key, true, fn, &n, false);
 }
 

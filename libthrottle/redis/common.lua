@@ -1,7 +1,8 @@
 -- common.lua: prepended to every script (see libthrottle/redis.h for the
 -- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
--- 2 waiters zset, 3 waiter info hash, 4 watchers zset.
+-- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 the parent
+-- scope's state hash (KEYS[1] for a key without one: see seed below).
 -- ARGV 1..4: queue key prefix, idle TTL ms, this caller's max delay ms,
 -- the key's name (kept in the state hash for listings).
 local t = redis.call('TIME')
@@ -74,12 +75,19 @@ local function clamp_nb()
   return nb
 end
 
+-- The cap now (internal.h throttle__cap_of): fixed, else learned and
+-- bounded by auto:MAX.  A stored value that is no number in 1..SLOTS
+-- (negative, huge, 'nan') means 1, or SLOTS when too large.
 local function cap_of()
   local c = g('fixed_cap')
-  if c == 0 then c = g('auto_cap') end
-  if c < 1 then c = 1 end
+  if c == 0 then
+    c = g('auto_cap')
+    local m = g('auto_max')
+    if m >= 1 and m <= SLOTS and c > m then c = m end
+  end
+  if not (c >= 1) then c = 1 end
   if c > SLOTS then c = SLOTS end
-  return c
+  return math.floor(c)
 end
 
 local function share_of()
@@ -232,4 +240,144 @@ local function store()
     s['exp'] = fmt(now + ttl)
   end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
+end
+
+-- The learned cap (gate_learn.c: the rules, and why; docs/LEARNED-CAP.md:
+-- the design).  Fields of the state hash: auto_cap, auto_good (largest cap
+-- used in full with no refusal since; 0 none), auto_fail_cap (the cap
+-- whose raise was refused last), auto_fails (failed raises since the last
+-- good one: the doubling), auto_max (auto:MAX; 0 = SLOTS), auto_ra_ms (R:
+-- the Retry-After of the refusal that set the cap), auto_work_us (work at
+-- the cap since then), auto_learned (Redis ms of that refusal; 0 = never:
+-- slow start).  Redis is the clock of hold times and of auto_learned.
+local MAX_RA_MS, NEED_FACTOR, MAX_WORK_US = 604800000, 20, 2 ^ 64
+
+-- A stored integer in lo..hi, or nil (absent counts as 0).
+local function in_range(f, lo, hi)
+  local v = tonumber(s[f] or '0')
+  if v == nil or not (v >= lo and v <= hi) then return nil end
+  return math.floor(v)
+end
+
+-- Every learned field, bounded before use (I8: the hash is input too, as
+-- the segment is for gate_learn.c's throttle__learn_bound_locked): a value
+-- out of range resets as the design's table says, the cap never exceeds
+-- the bound, R never exceeds 7 days (so the price of a raise stays a
+-- finite number of ms), the learned time never lies ahead.
+local function learned()
+  local L = {}
+  L.max = in_range('auto_max', 0, SLOTS) or 0
+  L.bound = L.max >= 1 and L.max or SLOTS
+  L.cap = in_range('auto_cap', 1, SLOTS) or 1
+  if L.cap > L.bound then L.cap = L.bound end
+  L.good = in_range('auto_good', 0, SLOTS) or 0
+  if L.good > L.bound then L.good = L.bound end
+  L.fail = in_range('auto_fail_cap', 0, SLOTS) or 0
+  L.fails = in_range('auto_fails', 0, MAX_FAILS) or MAX_FAILS
+  L.ra = in_range('auto_ra_ms', 0, MAX_RA_MS) or MAX_RA_MS
+  L.work = in_range('auto_work_us', 0, MAX_WORK_US)
+  if L.work == nil then
+    L.work = tonumber(s['auto_work_us']) or 0
+    L.work = L.work > MAX_WORK_US and MAX_WORK_US or 0 -- saturated, or junk
+  end
+  L.learned = in_range('auto_learned', 0, now) or now
+  return L
+end
+
+local function store_learned(L)
+  p('auto_cap', L.cap); p('auto_good', L.good); p('auto_fail_cap', L.fail)
+  p('auto_fails', L.fails); p('auto_max', L.max); p('auto_ra_ms', L.ra)
+  p('auto_work_us', L.work); p('auto_learned', L.learned)
+  -- the fields of the rule before this one
+  if s['auto_ssthresh'] then del('auto_ssthresh') end
+  if s['auto_oks'] then del('auto_oks') end
+end
+
+-- Work still due before the next raise, in us: 0 in slow start, -1 never
+-- (a fixed cap, or at the bound).
+local function next_raise_us(L)
+  if g('fixed_cap') ~= 0 or L.cap >= L.bound then return -1 end
+  if L.learned == 0 then return 0 end
+  local need = NEED_FACTOR * L.ra * 1000 * 2 ^ L.fails
+  if L.work >= need then return 0 end
+  return need - L.work
+end
+
+-- A key new to a scope starts from what its siblings learned (scope.c
+-- throttle__scope_seed_locked): each refusal that sets a cap leaves the
+-- learned state in the parent scope's hash (seed_* fields: the last one
+-- wins, as the segment seeds from the sibling that learned last), and a
+-- key whose hash does not exist yet copies it.  The parent's own fields
+-- are left alone, and its expiry only ever moves later.
+local PK = KEYS[5]
+
+local function seed_record(L)
+  if PK == nil or PK == K then return end
+  local existed = redis.call('EXISTS', PK) == 1
+  redis.call('HSET', PK, 'seed_cap', fmt(L.cap), 'seed_good', fmt(L.good),
+    'seed_fail_cap', fmt(L.fail), 'seed_ra_ms', fmt(L.ra))
+  local left = redis.call('PTTL', PK)
+  if not existed or (left >= 0 and left < TTL) then
+    redis.call('PEXPIRE', PK, TTL)
+  end
+end
+
+-- One admission's report (gate_learn.c throttle__learn_locked): outcome,
+-- the holders (with it) when it was granted, the holders besides it now,
+-- its hold in ms, the Retry-After it reported (0 none).  Only while no
+-- fixed cap is set.
+local function learn(outcome, concurrent, others, hold_ms, ra_ms)
+  if g('fixed_cap') ~= 0 then return end
+  local L = learned()
+  local k = concurrent > 0 and concurrent - 1 or 0
+  if others > k and others < SLOTS then k = others end
+  if outcome == 1 then
+    if k < 1 then return end -- somebody else's lock: nothing learned
+    local to = k < L.bound and k or L.bound
+    if L.cap > L.good then -- a raise (or slow start) refused
+      L.fail = L.cap
+      if L.fails < MAX_FAILS then L.fails = L.fails + 1 end
+    elseif to > L.cap then
+      to = L.cap -- the same burst: a refusal only ever lowers it
+    end
+    L.cap, L.good = to, to
+    local ra = ra_ms > 0 and ra_ms or DEFAULT_DELAY
+    local mx = MAXD < MAX_RA_MS and MAXD or MAX_RA_MS
+    L.ra = ra < mx and ra or mx
+    L.work = 0
+    L.learned = now > 0 and now or 1
+    store_learned(L)
+    seed_record(L)
+    return
+  end
+  -- Only a success at the cap says anything about a larger one.
+  if outcome ~= 0 or concurrent < L.cap then return end
+  L.work = L.work + math.floor(hold_ms * 1000 / L.cap)
+  if L.work > MAX_WORK_US then L.work = MAX_WORK_US end
+  if L.cap > L.good then -- the raised cap held: price from here
+    L.good, L.fails, L.work = L.cap, 0, 0
+  end
+  if L.cap < L.bound then
+    if L.learned == 0 then
+      L.cap = L.cap + 1
+    elseif next_raise_us(L) == 0 then
+      L.cap = L.good + 1
+    end
+  end
+  store_learned(L)
+end
+
+-- A key new to a scope: seeded before the script runs (stored with the
+-- rest by store(); a script that stores nothing creates no key).  Its
+-- own work at the cap counts from now; every copied field is bounded.
+if PK ~= nil and PK ~= K and next(s) == nil then
+  local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
+    'seed_ra_ms')
+  if v[1] then
+    s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
+    s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
+    local L = learned()
+    L.learned = now > 0 and now or 1
+    store_learned(L)
+  end
 end

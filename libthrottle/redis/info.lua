@@ -1,7 +1,8 @@
 -- info: no ARGV beyond the common ones.  Returns -1 for a key that does
--- not exist, else {fields in throttle_field_t order up to PERMANENT,
--- then one 'pid age_ms cls probe host' string per holder}.
-if redis.call('EXISTS', K) == 0 then return -1 end
+-- not exist, else {fields in throttle_field_t order up to
+-- CAP_LEARNED_AGO_MS, then one 'pid age_ms cls probe host' string per holder}.
+-- (a hash with no name holds only what keys beneath it left: seed_*)
+if redis.call('EXISTS', K) == 0 or not s['key'] then return -1 end
 reap()
 local nb = clamp_nb()
 local left = 0
@@ -22,6 +23,14 @@ local out = {left, g('publishes'), g('waits'), g('waited_ms'), g('last_delay'),
   g('episode'), g('paused'), g('rate_n'), g('rate_period'), share_of(),
   g('admitted'), g('locked'), g('probes'), g('reclaims'), g('canceled'),
   g('permanent')}
+-- the learner's fields (gate_info.c): CAP_GOOD .. CAP_LEARNED_AGO_MS
+local L = learned()
+local nr = next_raise_us(L)
+for _, x in ipairs({L.good, L.fail, L.fails, L.max, L.ra,
+    math.floor(L.work / 1000), nr < 0 and -1 or math.floor(nr / 1000),
+    L.learned == 0 and -1 or now - L.learned}) do
+  out[#out + 1] = x
+end
 for i = 1, #out do out[i] = fmt(out[i]) end
 for _, v in ipairs(hs) do
   local w = words(v)

@@ -18,31 +18,12 @@ if v then
     for _, x in ipairs(redis.call('ZRANGE', X, 0, -1)) do push(x) end
     if outcome == 0 then p('episode', 0) end
   end
-  -- learning the cap (gate.c learn_locked)
-  if g('fixed_cap') == 0 then
-    local c = g('auto_cap')
-    if c < 1 or c > SLOTS then c = 1 end
-    local fails = g('auto_fails')
-    if fails > MAX_FAILS then fails = MAX_FAILS end
-    local ss = g('auto_ssthresh')
-    if outcome == 0 and concurrent >= c then
-      if c > ss then fails = 0 end
-      local oks = g('auto_oks') + 1
-      local need = 1
-      if ss ~= 0 then need = 64 * c * (2 ^ fails) end
-      if oks >= need and c < SLOTS then c = c + 1; oks = 0 end
-      p('auto_oks', oks)
-    elseif outcome == 1 and others > 0 then
-      if ss ~= 0 and c > ss and fails < MAX_FAILS then fails = fails + 1 end
-      c = math.floor(c / 2)
-      if c < 1 then c = 1 end
-      ss = c
-      p('auto_ssthresh', ss)
-      p('auto_oks', 0)
-    end
-    p('auto_cap', c)
-    p('auto_fails', fails)
-  end
+  -- the learned cap (common.lua learn); a hostile holder record counts
+  -- as granted alone, held for no time
+  if not (concurrent >= 0 and concurrent <= SLOTS) then concurrent = 0 end
+  local since = tonumber(w[4]) or now
+  if not (since >= 0 and since <= now) then since = now end
+  learn(outcome, concurrent, others, now - since, ms)
 end
 if outcome == 1 and not plain then inc('locked') end
 if outcome == 4 then inc('permanent') end

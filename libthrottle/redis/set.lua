@@ -1,5 +1,5 @@
--- set: ARGV 5.. what (cap, rate, share, pause, resume, cancel, clear,
--- wait), a, b.  Returns 0, or -1 when the key does not exist and the
+-- set: ARGV 5.. what (cap, auto, rate, share, pause, resume, cancel,
+-- clear, wait), a, b.  Returns 0, or -1 when the key does not exist and the
 -- operation needs it (resume, cancel, clear).
 local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local exists = redis.call('EXISTS', K) == 1
@@ -8,7 +8,13 @@ if (what == 'resume' or what == 'cancel' or what == 'clear') and not exists then
   return -1
 end
 if what == 'cap' then
+  -- a fixed cap keeps what was learned; auto (0) drops a bound too
   p('fixed_cap', a)
+  if a == 0 then p('auto_max', 0) end
+elseif what == 'auto' then
+  -- learned, never above a: the cap comes down at once (settings.c)
+  p('fixed_cap', 0); p('auto_max', a)
+  store_learned(learned())
 elseif what == 'rate' then
   p('rate_n', a); p('rate_period', a > 0 and b or 0); p('rate_tat', 0)
 elseif what == 'share' then
