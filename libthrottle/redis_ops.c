@@ -625,15 +625,27 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
   size_t nf = (size_t)THROTTLE_FIELD_CAP_LEARNED_AGO_MS + 1;
   for (size_t i = 0; i < nf; i++)
     out->field[i] = elem_int(rep, i);
-  for (size_t i = nf; i < rep->elements && out->nholders < THROTTLE__SLOTS;
-       i++) {
+  for (size_t i = nf; i < rep->elements; i++) {
     unsigned long long pid, age;
     unsigned cls, probe;
     char line[512];
     int off = 0;
     elem_str(rep, i, line, sizeof line);
-    if (sscanf(line, "%llu %llu %u %u %n", &pid, &age, &cls, &probe, &off) <
-        4)
+    if (line[0] == 'w' && line[1] == ' ') { /* a waiter, in arrival order */
+      if (out->nwaiters >= THROTTLE__SLOTS ||
+          sscanf(line + 2, "%llu %llu %u %n", &pid, &age, &cls, &off) < 3)
+        continue;
+      uint32_t k = out->nwaiters++;
+      snprintf(out->waiter[k].host, sizeof out->waiter[k].host, "%s",
+               line + 2 + off);
+      out->waiter[k].pid = (uint32_t)pid;
+      out->waiter[k].age_ms = age;
+      out->waiter[k].cls = (uint8_t)(cls != 0);
+      continue;
+    }
+    if (out->nholders >= THROTTLE__SLOTS ||
+        sscanf(line, "%llu %llu %u %u %n", &pid, &age, &cls, &probe, &off) <
+            4)
       continue;
     uint32_t k = out->nholders++;
     snprintf(out->holder[k].host, sizeof out->holder[k].host, "%s",

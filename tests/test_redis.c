@@ -266,6 +266,59 @@ static void test_redis_cap_holds_across_hosts(void **state) {
   munmap(s, sizeof *s);
 }
 
+struct class_arg {
+  struct th_fx *fx;
+  throttle_class_t cls;
+};
+
+static int enter_class_child(void *p) {
+  struct class_arg *c = p;
+  throttle_t *h = other_host(c->fx);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, "q", c->cls, 20000, &t) == 0);
+  TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* show on one host lists the waiters of another, in arrival order, with
+ * their pid, class and host. */
+static void test_redis_info_lists_waiters_of_other_hosts(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_pause(a, "q"), 0);
+  struct class_arg c[2] = {{fx, THROTTLE_CLASS_BACKFILL},
+                           {fx, THROTTLE_CLASS_LIVE}};
+  pid_t kids[2];
+  for (int i = 0; i < 2; i++) {
+    kids[i] = th_spawn(fx, enter_class_child, &c[i]);
+    throttle_field_t f = c[i].cls == THROTTLE_CLASS_LIVE
+                             ? THROTTLE_FIELD_WAITING_LIVE
+                             : THROTTLE_FIELD_WAITING_BACKFILL;
+    for (int n = 0; n < 400 && field(a, "q", f) < 1; n++)
+      th_sleep_ms(25);
+  }
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(a, "q", &info), 0);
+  for (size_t i = 0; i < 2; i++) {
+    int64_t pid = 0, age = -1;
+    throttle_class_t cls = THROTTLE_CLASS_LIVE;
+    assert_int_equal(throttle_info_waiter(info, i, &pid, &age, &cls), 0);
+    assert_int_equal(pid, kids[i]);
+    assert_int_equal(cls, c[i].cls);
+    assert_true(age >= 0 && age < HANG_GUARD_MS);
+    const char *host = throttle_info_waiter_host(info, i);
+    assert_non_null(host);
+    assert_true(host[0] != 0);
+  }
+  assert_int_equal(throttle_info_waiter(info, 2, NULL, NULL, NULL),
+                   THROTTLE_ENOKEY);
+  throttle_info_free(info);
+  assert_int_equal(throttle_resume(a, "q"), 0);
+  for (int i = 0; i < 2; i++)
+    th_reap_ok(fx, kids[i], HANG_GUARD_MS);
+}
+
 static void test_redis_one_probe_per_episode(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -601,6 +654,8 @@ int main(int argc, char **argv) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_cap_holds_across_hosts, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_info_lists_waiters_of_other_hosts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_one_probe_per_episode, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(

@@ -1,6 +1,8 @@
 -- info: no ARGV beyond the common ones.  Returns -1 for a key that does
 -- not exist, else {fields in throttle_field_t order up to
--- CAP_LEARNED_AGO_MS, then one 'pid age_ms cls probe host' string per holder}.
+-- CAP_LEARNED_AGO_MS, then one 'pid age_ms cls probe host' string per holder,
+-- then one 'w pid age_ms cls host' per waiter in arrival order (the first
+-- 32; the age from its arrival number, which is Redis's clock in us)}.
 -- (a hash with no name holds only what keys beneath it left: seed_*)
 if redis.call('EXISTS', K) == 0 or not s['key'] then return -1 end
 reap()
@@ -35,6 +37,17 @@ for i = 1, #out do out[i] = fmt(out[i]) end
 for _, v in ipairs(hs) do
   local w = words(v)
   out[#out + 1] = table.concat({w[10], fmt(now - tonumber(w[4])), w[1], w[2], w[9]}, ' ')
+end
+local nw = 0
+for _, id in ipairs(redis.call('ZRANGE', W, 0, -1)) do
+  local v = redis.call('HGET', WI, id)
+  local w = v and words(v)
+  if w and w[7] == 'w' and nw < SLOTS then
+    nw = nw + 1
+    local age = math.floor((now_us - (tonumber(id) or now_us)) / 1000)
+    if age < 0 then age = 0 end
+    out[#out + 1] = table.concat({'w', w[6], fmt(age), w[1], w[5]}, ' ')
+  end
 end
 store()
 return out
