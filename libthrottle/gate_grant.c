@@ -10,7 +10,8 @@
  * The grant reads a key's 32 slots once into masks (struct
  * throttle__roster) and keeps them in step with its own grants; callers
  * that just read them pass theirs.  It skips scope.c while this thread
- * knows that no scope of the key has a record (throttle__scopes_absent).
+ * knows that no scope of the key can hold, pool or probe it
+ * (throttle__scopes_quiet, scope.c).
  * Rejected: occupancy masks kept in the record (a derived word that a
  * crash or a writer outside the library makes disagree with the slots,
  * hiding a holder from the cap).
@@ -214,42 +215,6 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
   return true;
 }
 
-/* Does no scope of r's key have a record?  Then nothing of scope.c can
- * hold, pool or answer for the key, and the gate skips it: each of its
- * calls looks every scope up (a hash and an index walk), four or five per
- * uncontended admission, nearly always to find nothing.  Whether a record
- * exists changes only by an insert, an eviction or a rebuild, each of
- * which moves the table's sequence (tseq), so a thread remembers the
- * answer per record under the sequence it saw it with, and the segment's
- * random seed, which tells two segments apart.  A wrong memory would only
- * skip a scope that exists; the sequence is written by the library under
- * the mutex this runs under.  Rejected: a flag in the record (one more
- * shared word to validate, I8, and to clear on every scope insert). */
-#define NOSCOPE_WAYS 8 /* a direct-mapped memory, by record index */
-static THROTTLE__TLS struct noscope {
-  uint64_t seed;
-  uint32_t idx;
-  uint32_t seq; /* tseq when seen; odd values are never stored */
-} noscope[NOSCOPE_WAYS];
-
-bool throttle__scopes_absent(throttle_t *h, const struct throttle__rec *r) {
-  uint32_t idx = (uint32_t)(r - h->recs);
-  uint32_t seq = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
-  struct noscope *m = &noscope[idx % NOSCOPE_WAYS];
-  if (m->seq == seq && m->idx == idx && m->seed == h->seed && !(seq & 1))
-    return true;
-  size_t len = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
-  if (len > THROTTLE__KEY_MAX)
-    return false; /* let scope.c judge a damaged record */
-  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++)
-    if (throttle__find_locked(h, r->key, p,
-                              throttle__hash(h->seed, r->key, p)) != NULL)
-      return false;
-  if (!(seq & 1))
-    *m = (struct noscope){.seed = h->seed, .idx = idx, .seq = seq};
-  return true;
-}
-
 void throttle__roster_read(const struct throttle__rec *r,
                            struct throttle__roster *ro) {
   /* Which slots are in use, without a branch per slot (the common case
@@ -314,7 +279,7 @@ void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
     *next = nb;
     return;
   }
-  bool scoped = !throttle__scopes_absent(h, r);
+  bool scoped = !throttle__scopes_quiet(h, r, now);
   int scope = scoped ? throttle__scope_gate_locked(h, r, now, next)
                      : THROTTLE__SCOPE_OPEN;
   if (scope == THROTTLE__SCOPE_HELD)
