@@ -56,8 +56,11 @@
  * futex only when the key counts sleepers (see throttle__grant_locked for
  * why no wake is lost); every wake still changes its word first.  It is
  * also cheap (bench/bench_admit.c: a few clock_gettime()s): one clock
- * reading per call (the lease's CLOCK_MONOTONIC start is derived from it,
- * throttle__mono_at); one pass over the slots per call (struct
+ * reading per enter (the lease's CLOCK_MONOTONIC start is derived from it,
+ * throttle__mono_at), and none for a leave that decides nothing by the
+ * time (no waiter to grant, no work at the cap to count: timed_leave),
+ * which stamps the key's last use from the coarse clock; one pass over
+ * the slots per call (struct
  * throttle__roster), not one per question; the leave finds the record at
  * the index the enter found it (checked against its key), and the enter
  * at the index this thread last found the key (rec_guess); the scope
@@ -572,6 +575,24 @@ static bool publishes(throttle_outcome_t outcome) {
          outcome == THROTTLE_OUTCOME_UNAVAILABLE;
 }
 
+/* Does this leave decide anything by the time: a grant (waiters), or the
+ * learner's work at the cap (an OK at the cap)?  A publish and a requeue
+ * read the clock before.  Otherwise the time is only the key's last use,
+ * and the coarse clock does (a tenth of a clock reading, a sixth of an
+ * uncontended pair).  Any doubt (a learned field out of bounds) reads it. */
+static bool timed_leave(const struct throttle__rec *r,
+                        const struct throttle__slot *s, bool held,
+                        const struct throttle__roster *ro,
+                        throttle_outcome_t outcome) {
+  if ((ro->wait[0] | ro->wait[1]) != 0)
+    return true;
+  if (outcome != THROTTLE_OUTCOME_OK || s == NULL || !held ||
+      r->fixed_cap != 0)
+    return false;
+  return r->auto_cap == 0 || r->auto_cap > throttle__learn_bound(r) ||
+         s->concurrent >= r->auto_cap;
+}
+
 /* Report t's outcome under the mutex: the probe's answer, counters, the
  * back-off, the learned cap; then free t's slot, or (requeue) turn it back
  * into a waiting slot that keeps its arrival ticket, hence its place at the
@@ -580,8 +601,8 @@ static bool publishes(throttle_outcome_t outcome) {
  * back-off is changed). */
 static bool report_locked(throttle_t *h, struct throttle__rec *r,
                           throttle_ticket_t *t, throttle_outcome_t outcome,
-                          uint64_t retry_after_ms, bool requeue, uint64_t now,
-                          struct throttle__wake *w) {
+                          uint64_t retry_after_ms, bool requeue,
+                          uint64_t *nowp, struct throttle__wake *w) {
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
@@ -589,6 +610,10 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   struct throttle__roster ro;
   throttle__roster_read(r, &ro);
   bool held = s != NULL && (ro.hold >> t->slot & 1);
+  if (*nowp == 0)
+    *nowp = timed_leave(r, s, held, &ro, outcome) ? throttle__now_ns()
+                                                  : throttle__now_coarse_ns();
+  uint64_t now = *nowp;
   struct throttle__learn_in learn = {
       .outcome = outcome,
       .concurrent = s != NULL && held ? s->concurrent : 0,
@@ -692,7 +717,9 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     throttle__free(t);
     return rc; /* the slot lapses with its lease */
   }
-  uint64_t now = throttle__now_ns();
+  /* Read now when the back-off or a requeued slot needs it, else by
+   * report_locked() (timed_leave) once it has seen the slots. */
+  uint64_t now = publishes(outcome) || requeue ? throttle__now_ns() : 0;
   if (publishes(outcome))
     throttle__scope_publish_locked(h, t->key, t->len, outcome,
                                    delay_ns(retry_after_ms), now);
@@ -707,7 +734,7 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||
-               !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
+               !report_locked(h, r, t, outcome, retry_after_ms, requeue, &now,
                               &w);
   /* Nothing for the scopes to hear when the admission took no place in
    * them and they are as quiet as at its grant (every one answered), or

@@ -218,29 +218,46 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
 void throttle__roster_read(const struct throttle__rec *r,
                            struct throttle__roster *ro) {
   /* Which slots are in use, without a branch per slot (the common case
-   * is one or two of 32), then a closer look at those alone. */
-  uint32_t used = 0;
-#pragma GCC unroll 32
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    used |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
-  *ro = (struct throttle__roster){.free = ~used};
+   * is one or two of 32), then a closer look at those alone.  Four
+   * partial masks (one chain of 32 dependent ors cost a cycle a slot),
+   * and the roster stored once at the end: a caller's 16-byte read of
+   * masks just stored one by one waits for the stores to drain. */
+  uint32_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+#pragma GCC unroll 8
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i += 4) {
+    p0 |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
+    p1 |= (uint32_t)(r->slot[i + 1].state != THROTTLE__SLOT_FREE) << (i + 1);
+    p2 |= (uint32_t)(r->slot[i + 2].state != THROTTLE__SLOT_FREE) << (i + 2);
+    p3 |= (uint32_t)(r->slot[i + 3].state != THROTTLE__SLOT_FREE) << (i + 3);
+  }
+  uint32_t used = (p0 | p1) | (p2 | p3);
+  uint32_t hold = 0, hold_bf = 0, wait_live = 0, wait_bf = 0, free = ~used;
+  bool probe_held = false;
   uint64_t probe = r->probe_ticket;
   for (; used != 0; used &= used - 1) {
     uint32_t i = (uint32_t)__builtin_ctz(used), bit = UINT32_C(1) << i;
     const struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_HOLDING) {
-      ro->hold |= bit;
+      hold |= bit;
       if (s->cls == THROTTLE_CLASS_BACKFILL)
-        ro->hold_bf |= bit;
+        hold_bf |= bit;
       if (probe != 0 && s->ticket == probe)
-        ro->probe_held = true;
+        probe_held = true;
     } else if (s->state == THROTTLE__SLOT_WAITING &&
                s->cls <= THROTTLE_CLASS_BACKFILL) {
-      ro->wait[s->cls == THROTTLE_CLASS_BACKFILL] |= bit;
+      if (s->cls == THROTTLE_CLASS_BACKFILL)
+        wait_bf |= bit;
+      else
+        wait_live |= bit;
     } else if (s->state == THROTTLE__SLOT_FREE) {
-      ro->free |= bit; /* changed since the first look (a bad writer) */
+      free |= bit; /* changed since the first look (a bad writer) */
     }
   }
+  *ro = (struct throttle__roster){.hold = hold,
+                                  .hold_bf = hold_bf,
+                                  .wait = {wait_live, wait_bf},
+                                  .free = free,
+                                  .probe_held = probe_held};
 }
 
 /* The oldest slot among mask (lowest ticket, then lowest index), or NULL. */

@@ -356,6 +356,9 @@ uint64_t throttle__mono_ns(void);
  * caller): never earlier than the true reading, at most a suspend of up
  * to a second later.  Cheaper than throttle__mono_ns() (clock.c). */
 uint64_t throttle__mono_at(uint64_t now);
+/* The throttle clock to within a tick, never ahead of throttle__now_ns(),
+ * at a tenth of its cost: for stamps that decide nothing (clock.c). */
+uint64_t throttle__now_coarse_ns(void);
 /* 0, or EINTR when a signal cut the sleep short. */
 int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
                          uint64_t rel_ns);
