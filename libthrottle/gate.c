@@ -56,14 +56,20 @@
  * futex only when the key counts sleepers (see throttle__grant_locked for
  * why no wake is lost); every wake still changes its word first.  It is
  * also cheap (bench/bench_admit.c: a few clock_gettime()s): one clock
- * reading per call (the lease's CLOCK_MONOTONIC start is derived from it,
- * throttle__mono_at); one pass over the slots per call (struct
+ * reading per enter (the lease's CLOCK_MONOTONIC start is derived from it,
+ * throttle__mono_at), and none for a leave that decides nothing by the
+ * time (no waiter to grant, no work at the cap to count: timed_leave),
+ * which stamps the key's last use from the coarse clock; one pass over
+ * the slots per call (struct
  * throttle__roster), not one per question; the leave finds the record at
  * the index the enter found it (checked against its key), and the enter
  * at the index this thread last found the key (rec_guess); the scope
- * calls are skipped while this thread knows that no scope of the key has
- * a record (throttle__scopes_absent); a thread reuses the ticket its last
- * leave gave back (ticket_alloc).  Rejected: occupancy masks kept in the
+ * calls (the cold-scope rule, the scope gate, the pools, the report) are
+ * skipped while this thread knows that every scope of the key is quiet,
+ * absent or answered and holding nothing (throttle__scopes_quiet, under
+ * the segment's sgen), and the leave of an admission granted so skips
+ * them while sgen is unchanged (ticket.quiet); a thread reuses the
+ * ticket its last leave gave back (ticket_alloc).  Rejected: occupancy masks kept in the
  * record (a derived word that a crash or a writer outside the library
  * makes disagree with the slots, hiding a holder from the cap).
  *
@@ -93,6 +99,12 @@ struct throttle_ticket {
   uint32_t slot;
   uint32_t rec; /* the key's record when admitted (a hint, checked again) */
   int probe;
+  /* Granted by its own enter while every scope of the key was quiet
+   * (scope.c), under hdr->sgen == quiet_gen: then it holds no place in
+   * any scope, and while sgen is unchanged its leave has nothing to
+   * report to them. */
+  bool quiet;
+  uint32_t quiet_gen;
   size_t len;
   void *be; /* the backend's admission (backend.h), or NULL */
   char key[THROTTLE__KEY_MAX + 1];
@@ -262,6 +274,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
   bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
+  t->quiet = false;
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   for (;;) {
@@ -290,10 +303,15 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       deadline = deadline_after(now, timeout_ms);
       deadline_set = true;
     }
-    if (!gen_taken) /* before the key's insert, which it could evict */
-      throttle__scope_enter_locked(h, t->key, len, now);
     struct throttle__rec *r;
     r = throttle__rec_at_locked(h, t->rec, t->key, len);
+    unsigned quiet = r != NULL ? throttle__scopes_quiet_bits(h, r, now) : 0;
+    if (!gen_taken && !throttle__scope_enter_idle(h, quiet)) {
+      /* before the key's insert, which it could evict */
+      throttle__scope_enter_locked(h, t->key, len, now);
+      r = throttle__rec_at_locked(h, t->rec, t->key, len);
+      quiet = 0; /* looked again below, for the record the key has then */
+    }
     rc = r != NULL ? 0
                    : throttle__insert_locked(h, t->key, len, ticket_hash(h, t),
                                              now, &r);
@@ -374,7 +392,14 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     if (s != NULL && s->state == THROTTLE__SLOT_WAITING) {
       if (throttle__reap(r, now, false))
         ro_ok = false;
+      if (quiet == 0)
+        quiet = throttle__scopes_quiet_bits(h, r, now);
+      uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_relaxed);
       throttle__grant_locked(h, r, now, &w, &next, ro_ok ? &ro : NULL);
+      if (quiet && s->state == THROTTLE__SLOT_HOLDING) {
+        t->quiet = true; /* granted here, by a grant that took no place */
+        t->quiet_gen = gen;
+      }
     } else {
       next = UINT64_MAX;
     }
@@ -403,8 +428,14 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
      * throttle__grant_locked() returns before clamping for a paused key, and a
      * stored not-before past the maximum delay would become the hint.
      * The hint, and giving up at once, count this process's own maximum
-     * too (it never lets the gate admit it early; see throttle.h). */
+     * too (it never lets the gate admit it early; see throttle.h), and
+     * the not-befores of the key's scopes, which hold it as its own does. */
     uint64_t nb = throttle__clamp_nb_locked(h, r, now);
+    if (!(quiet & THROTTLE__QUIET)) {
+      uint64_t snb = throttle__scope_nb_locked(h, t->key, len, now);
+      if (snb > nb)
+        nb = snb;
+    }
     if (nb > throttle__sat_add(now, h->max_delay_ns))
       nb = throttle__sat_add(now, h->max_delay_ns);
     if (nowait || interrupted || now >= deadline ||
@@ -544,6 +575,24 @@ static bool publishes(throttle_outcome_t outcome) {
          outcome == THROTTLE_OUTCOME_UNAVAILABLE;
 }
 
+/* Does this leave decide anything by the time: a grant (waiters), or the
+ * learner's work at the cap (an OK at the cap)?  A publish and a requeue
+ * read the clock before.  Otherwise the time is only the key's last use,
+ * and the coarse clock does (a tenth of a clock reading, a sixth of an
+ * uncontended pair).  Any doubt (a learned field out of bounds) reads it. */
+static bool timed_leave(const struct throttle__rec *r,
+                        const struct throttle__slot *s, bool held,
+                        const struct throttle__roster *ro,
+                        throttle_outcome_t outcome) {
+  if ((ro->wait[0] | ro->wait[1]) != 0)
+    return true;
+  if (outcome != THROTTLE_OUTCOME_OK || s == NULL || !held ||
+      r->fixed_cap != 0)
+    return false;
+  return r->auto_cap == 0 || r->auto_cap > throttle__learn_bound(r) ||
+         s->concurrent >= r->auto_cap;
+}
+
 /* Report t's outcome under the mutex: the probe's answer, counters, the
  * back-off, the learned cap; then free t's slot, or (requeue) turn it back
  * into a waiting slot that keeps its arrival ticket, hence its place at the
@@ -552,8 +601,8 @@ static bool publishes(throttle_outcome_t outcome) {
  * back-off is changed). */
 static bool report_locked(throttle_t *h, struct throttle__rec *r,
                           throttle_ticket_t *t, throttle_outcome_t outcome,
-                          uint64_t retry_after_ms, bool requeue, uint64_t now,
-                          struct throttle__wake *w) {
+                          uint64_t retry_after_ms, bool requeue,
+                          uint64_t *nowp, struct throttle__wake *w) {
   struct throttle__slot *s = my_slot(r, t);
   bool probe =
       s != NULL && r->probe_ticket != 0 && s->ticket == r->probe_ticket;
@@ -561,6 +610,10 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
   struct throttle__roster ro;
   throttle__roster_read(r, &ro);
   bool held = s != NULL && (ro.hold >> t->slot & 1);
+  if (*nowp == 0)
+    *nowp = timed_leave(r, s, held, &ro, outcome) ? throttle__now_ns()
+                                                  : throttle__now_coarse_ns();
+  uint64_t now = *nowp;
   struct throttle__learn_in learn = {
       .outcome = outcome,
       .concurrent = s != NULL && held ? s->concurrent : 0,
@@ -664,7 +717,9 @@ static int report(throttle_t *h, throttle_ticket_t *t,
     throttle__free(t);
     return rc; /* the slot lapses with its lease */
   }
-  uint64_t now = throttle__now_ns();
+  /* Read now when the back-off or a requeued slot needs it, else by
+   * report_locked() (timed_leave) once it has seen the slots. */
+  uint64_t now = publishes(outcome) || requeue ? throttle__now_ns() : 0;
   if (publishes(outcome))
     throttle__scope_publish_locked(h, t->key, t->len, outcome,
                                    delay_ns(retry_after_ms), now);
@@ -679,9 +734,16 @@ static int report(throttle_t *h, throttle_ticket_t *t,
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||
-               !report_locked(h, r, t, outcome, retry_after_ms, requeue, now,
+               !report_locked(h, r, t, outcome, retry_after_ms, requeue, &now,
                               &w);
-  if (r == NULL || !throttle__scopes_absent(h, r))
+  /* Nothing for the scopes to hear when the admission took no place in
+   * them and they are as quiet as at its grant (every one answered), or
+   * when none has a record. */
+  bool quiet = t->quiet && atomic_load_explicit(&h->hdr->sgen,
+                                                memory_order_relaxed) ==
+                               t->quiet_gen;
+  if (!quiet && (r == NULL || !(throttle__scopes_quiet_bits(h, r, now) &
+                                THROTTLE__QUIET_ABSENT)))
     throttle__scope_report_locked(h, t->key, t->len, t->ticket, outcome);
   throttle__unlock(h);
   throttle__wake_all(&w);

@@ -10,7 +10,8 @@
  * The grant reads a key's 32 slots once into masks (struct
  * throttle__roster) and keeps them in step with its own grants; callers
  * that just read them pass theirs.  It skips scope.c while this thread
- * knows that no scope of the key has a record (throttle__scopes_absent).
+ * knows that no scope of the key can hold, pool or probe it
+ * (throttle__scopes_quiet, scope.c).
  * Rejected: occupancy masks kept in the record (a derived word that a
  * crash or a writer outside the library makes disagree with the slots,
  * hiding a holder from the cap).
@@ -214,68 +215,49 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
   return true;
 }
 
-/* Does no scope of r's key have a record?  Then nothing of scope.c can
- * hold, pool or answer for the key, and the gate skips it: each of its
- * calls looks every scope up (a hash and an index walk), four or five per
- * uncontended admission, nearly always to find nothing.  Whether a record
- * exists changes only by an insert, an eviction or a rebuild, each of
- * which moves the table's sequence (tseq), so a thread remembers the
- * answer per record under the sequence it saw it with, and the segment's
- * random seed, which tells two segments apart.  A wrong memory would only
- * skip a scope that exists; the sequence is written by the library under
- * the mutex this runs under.  Rejected: a flag in the record (one more
- * shared word to validate, I8, and to clear on every scope insert). */
-#define NOSCOPE_WAYS 8 /* a direct-mapped memory, by record index */
-static THROTTLE__TLS struct noscope {
-  uint64_t seed;
-  uint32_t idx;
-  uint32_t seq; /* tseq when seen; odd values are never stored */
-} noscope[NOSCOPE_WAYS];
-
-bool throttle__scopes_absent(throttle_t *h, const struct throttle__rec *r) {
-  uint32_t idx = (uint32_t)(r - h->recs);
-  uint32_t seq = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
-  struct noscope *m = &noscope[idx % NOSCOPE_WAYS];
-  if (m->seq == seq && m->idx == idx && m->seed == h->seed && !(seq & 1))
-    return true;
-  size_t len = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
-  if (len > THROTTLE__KEY_MAX)
-    return false; /* let scope.c judge a damaged record */
-  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++)
-    if (throttle__find_locked(h, r->key, p,
-                              throttle__hash(h->seed, r->key, p)) != NULL)
-      return false;
-  if (!(seq & 1))
-    *m = (struct noscope){.seed = h->seed, .idx = idx, .seq = seq};
-  return true;
-}
-
 void throttle__roster_read(const struct throttle__rec *r,
                            struct throttle__roster *ro) {
   /* Which slots are in use, without a branch per slot (the common case
-   * is one or two of 32), then a closer look at those alone. */
-  uint32_t used = 0;
-#pragma GCC unroll 32
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    used |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
-  *ro = (struct throttle__roster){.free = ~used};
+   * is one or two of 32), then a closer look at those alone.  Four
+   * partial masks (one chain of 32 dependent ors cost a cycle a slot),
+   * and the roster stored once at the end: a caller's 16-byte read of
+   * masks just stored one by one waits for the stores to drain. */
+  uint32_t p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+#pragma GCC unroll 8
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i += 4) {
+    p0 |= (uint32_t)(r->slot[i].state != THROTTLE__SLOT_FREE) << i;
+    p1 |= (uint32_t)(r->slot[i + 1].state != THROTTLE__SLOT_FREE) << (i + 1);
+    p2 |= (uint32_t)(r->slot[i + 2].state != THROTTLE__SLOT_FREE) << (i + 2);
+    p3 |= (uint32_t)(r->slot[i + 3].state != THROTTLE__SLOT_FREE) << (i + 3);
+  }
+  uint32_t used = (p0 | p1) | (p2 | p3);
+  uint32_t hold = 0, hold_bf = 0, wait_live = 0, wait_bf = 0, free = ~used;
+  bool probe_held = false;
   uint64_t probe = r->probe_ticket;
   for (; used != 0; used &= used - 1) {
     uint32_t i = (uint32_t)__builtin_ctz(used), bit = UINT32_C(1) << i;
     const struct throttle__slot *s = &r->slot[i];
     if (s->state == THROTTLE__SLOT_HOLDING) {
-      ro->hold |= bit;
+      hold |= bit;
       if (s->cls == THROTTLE_CLASS_BACKFILL)
-        ro->hold_bf |= bit;
+        hold_bf |= bit;
       if (probe != 0 && s->ticket == probe)
-        ro->probe_held = true;
+        probe_held = true;
     } else if (s->state == THROTTLE__SLOT_WAITING &&
                s->cls <= THROTTLE_CLASS_BACKFILL) {
-      ro->wait[s->cls == THROTTLE_CLASS_BACKFILL] |= bit;
+      if (s->cls == THROTTLE_CLASS_BACKFILL)
+        wait_bf |= bit;
+      else
+        wait_live |= bit;
     } else if (s->state == THROTTLE__SLOT_FREE) {
-      ro->free |= bit; /* changed since the first look (a bad writer) */
+      free |= bit; /* changed since the first look (a bad writer) */
     }
   }
+  *ro = (struct throttle__roster){.hold = hold,
+                                  .hold_bf = hold_bf,
+                                  .wait = {wait_live, wait_bf},
+                                  .free = free,
+                                  .probe_held = probe_held};
 }
 
 /* The oldest slot among mask (lowest ticket, then lowest index), or NULL. */
@@ -314,7 +296,7 @@ void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
     *next = nb;
     return;
   }
-  bool scoped = !throttle__scopes_absent(h, r);
+  bool scoped = !throttle__scopes_quiet(h, r, now);
   int scope = scoped ? throttle__scope_gate_locked(h, r, now, next)
                      : THROTTLE__SCOPE_OPEN;
   if (scope == THROTTLE__SCOPE_HELD)

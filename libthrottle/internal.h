@@ -70,9 +70,10 @@ struct throttle__hdr {
    * that what they read was stable. */
   _Alignas(THROTTLE__CACHELINE) _Atomic uint32_t tseq;
   /* Bumped after any change that can make an open key's scope hold it (a
-   * publish, a pause, a probe sent out, and any insert, evict or repair):
-   * a reader that saw every scope of a key open under this value knows
-   * they still are (table.c's guesses keep that). */
+   * publish, a pause or any other setting, a probe sent out, a cold
+   * scope's episode, and any insert, evict or repair): a reader that saw
+   * every scope of a key open under this value knows they still are
+   * (table.c's guesses keep that, and scope.c's quiet scopes). */
   _Atomic uint32_t sgen;
   uint32_t used;
   uint32_t free_head; /* record index + 1, 0 = none */
@@ -355,6 +356,9 @@ uint64_t throttle__mono_ns(void);
  * caller): never earlier than the true reading, at most a suspend of up
  * to a second later.  Cheaper than throttle__mono_ns() (clock.c). */
 uint64_t throttle__mono_at(uint64_t now);
+/* The throttle clock to within a tick, never ahead of throttle__now_ns(),
+ * at a tenth of its cost: for stamps that decide nothing (clock.c). */
+uint64_t throttle__now_coarse_ns(void);
 /* 0, or EINTR when a signal cut the sleep short. */
 int throttle__futex_wait(_Atomic uint32_t *word, uint32_t expect,
                          uint64_t rel_ns);
@@ -533,9 +537,6 @@ static inline uint32_t throttle__bits(uint32_t mask) {
 /* Reclaim the slots of dead holders and lapsed leases of r, at most every
  * 50 ms unless force; true when it looked (slots may have changed). */
 bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force);
-/* Does no scope of r's key have a record (this thread's memory, checked
- * against the table's sequence)? */
-bool throttle__scopes_absent(throttle_t *h, const struct throttle__rec *r);
 /* Grant what the gate allows now into *w; *next = when time alone could
  * open it (UINT64_MAX if never).  pre: the caller's roster of r read under
  * this mutex hold and kept in step (used and changed), or NULL. */
@@ -603,6 +604,39 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
  * beneath goes first for the whole scope (scope.c says why). */
 void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
                                   uint64_t now);
+/* Is every scope of r's key quiet: absent, or answered and holding
+ * nothing (no pause, not-before, episode, probe, cap or rate)?  Then the
+ * scope gate, the pools and the cold-scope rule have nothing to do for r.
+ * 0 when not; else THROTTLE__QUIET and what else is known (this thread's
+ * memory, under hdr->sgen; scope.c). */
+enum {
+  THROTTLE__QUIET = 1u << 0,
+  THROTTLE__QUIET_ABSENT = 1u << 1, /* no scope of the key has a record */
+  THROTTLE__QUIET_ROOT = 1u << 2,   /* the first scope has one (answered) */
+  THROTTLE__QUIET_ALL = 1u << 3,    /* every scope has one (answered) */
+};
+unsigned throttle__scopes_quiet_bits(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t now);
+static inline bool throttle__scopes_quiet(throttle_t *h,
+                                          const struct throttle__rec *r,
+                                          uint64_t now) {
+  return throttle__scopes_quiet_bits(h, r, now) != 0;
+}
+/* Would throttle__scope_enter_locked() do nothing for a key with these
+ * quiet bits, for h?  Every scope h's 429 and 503 go to has an answer:
+ * the first scope, unless h routed them elsewhere (then all are asked
+ * for). */
+static inline bool throttle__scope_enter_idle(const throttle_t *h,
+                                              unsigned quiet) {
+  unsigned routed = 1u << THROTTLE_OUTCOME_RATE_LIMITED |
+                    1u << THROTTLE_OUTCOME_UNAVAILABLE;
+  return (quiet & THROTTLE__QUIET_ALL) ||
+         ((quiet & THROTTLE__QUIET_ROOT) && !(h->publish_set & routed));
+}
+/* The latest not-before (clamped) of the scopes of key, 0 if none. */
+uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
+                                   uint64_t now);
 /* After a crash in the critical section (table.c's repair): every holder
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */

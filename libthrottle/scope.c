@@ -67,7 +67,8 @@
  * a separate table of scopes (a second lookup structure to repair after a
  * crash).  The open-key path looks at a key's scopes only when the
  * segment's sgen changed since this thread saw them open (table.c's
- * guesses; bench/bench_backoff.c measures it against clock_gettime).
+ * guesses; bench/bench_backoff.c measures it against clock_gettime), and
+ * so does an admission (quiet scopes, below; bench/bench_admit.c).
  * Rejected for pools: a queue of the pool's waiters in shared memory (a
  * second FIFO to repair after a crash; the waiters' own slots and tickets
  * already order them, at the cost of a walk of the table per grant of a
@@ -157,6 +158,18 @@ int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
     }
   }
   return verdict;
+}
+
+uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
+                                   uint64_t now) {
+  uint64_t nb = 0;
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
+    struct throttle__rec *s = scope_rec(h, key, p);
+    uint64_t v = s != NULL ? throttle__clamp_nb_locked(h, s, now) : 0;
+    if (v > nb)
+      nb = v;
+  }
+  return nb;
 }
 
 /* A holding slot in scope s standing for the admission held on a key
@@ -412,6 +425,80 @@ void throttle__scope_report_locked(throttle_t *h, const char *key,
     throttle__wake_rec(s);
     throttle__scope_below_locked(h, s, false);
   }
+}
+
+/* ---- quiet scopes: the open-key path ---------------------------------- */
+
+/* Most admissions are of a key whose scopes are all quiet: absent, or
+ * answered and holding nothing (no pause, no not-before, no episode, no
+ * probe out, no cap or rate).  Then the cold-scope rule, the scope gate,
+ * the pools and the scope's report have nothing to do, and each would
+ * have looked every scope up (a hash and an index walk): five or six per
+ * uncontended admission, most of its time.  Quiet is a property of the
+ * records that only a change that bumps hdr->sgen can end (a publish, a
+ * pause or another setting, a probe sent out, a cold scope's episode, an
+ * insert, an eviction, a repair; time passing only opens a not-before
+ * further, and an answer or a clear only opens), so a thread remembers
+ * it per record under the sgen it saw it with and the segment's seed,
+ * which tells two segments apart.  Only quiet is remembered: a held scope
+ * opens with time alone.  A wrong memory (sgen is shared memory, I8)
+ * only skips the scopes for an admission, as if they had no record.
+ * Rejected: a flag in the record (one more shared word to validate, and
+ * to clear on every change of every scope above it). */
+#define QUIET_WAYS 8 /* a direct-mapped memory, by record index */
+#define QUIET_SHIFT 28  /* the bits above the record index (< 2^20) */
+/* 16 bytes a way: the library's thread-local state must fit glibc's
+ * static TLS surplus when it is dlopen'ed (internal.h). */
+static THROTTLE__TLS struct quiet {
+  uint64_t seed;
+  uint32_t gen;  /* hdr->sgen when seen */
+  uint32_t what; /* record index | bits << QUIET_SHIFT; 0 bits: nothing */
+} quiet_seen[QUIET_WAYS];
+_Static_assert(THROTTLE__MAX_CAPACITY <= 1u << QUIET_SHIFT,
+               "a record index fits below the quiet bits");
+
+__attribute__((noinline)) static unsigned
+quiet_look(throttle_t *h, const struct throttle__rec *r, uint64_t now) {
+  unsigned bits = THROTTLE__QUIET | THROTTLE__QUIET_ABSENT | THROTTLE__QUIET_ALL;
+  size_t len = klen(r);
+  bool first = true;
+  for (size_t p = 0; (p = throttle__scope_next(r->key, len, p)) != 0; p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    bool was_first = first;
+    first = false;
+    if (s == NULL) {
+      bits &= ~(unsigned)THROTTLE__QUIET_ALL;
+      continue;
+    }
+    bits &= ~(unsigned)THROTTLE__QUIET_ABSENT;
+    if (was_first)
+      bits |= THROTTLE__QUIET_ROOT;
+    uint16_t f = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
+    if ((f & (THROTTLE__REC_EPISODE | THROTTLE__REC_PAUSED |
+              THROTTLE__REC_ANSWERED)) != THROTTLE__REC_ANSWERED ||
+        s->probe_ticket != 0 || is_pool(s) ||
+        throttle__clamp_nb_locked(h, s, now) > now)
+      return 0;
+  }
+  return bits;
+}
+
+unsigned throttle__scopes_quiet_bits(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t now) {
+  uint32_t idx = (uint32_t)(r - h->recs);
+  uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_relaxed);
+  struct quiet *m = &quiet_seen[idx % QUIET_WAYS];
+  uint32_t bits = m->what >> QUIET_SHIFT;
+  if (bits != 0 && m->gen == gen &&
+      (m->what & ((1u << QUIET_SHIFT) - 1)) == idx && m->seed == h->seed)
+    return bits;
+  bits = quiet_look(h, r, now);
+  if (bits != 0)
+    *m = (struct quiet){.seed = h->seed,
+                        .gen = gen,
+                        .what = idx | bits << QUIET_SHIFT};
+  return bits;
 }
 
 /* ---- a cold scope ------------------------------------------------------ */

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_admit.c — what the uncontended admission remembers between calls
- * (gate.c): where this thread last found a key, that a key's scopes have
- * no record, and the lease's CLOCK_MONOTONIC start derived from the
- * throttle clock (clock.c).  Each memory is only a hint; these tests make
- * it wrong and check that the answer is still right.  The timings of the
- * path itself are bench/bench_admit.c's.
+ * (gate.c): where this thread last found a key, that a key's scopes are
+ * quiet (scope.c; test_scope.c changes them behind it too), the lease's
+ * CLOCK_MONOTONIC start derived from the throttle clock, and the coarse
+ * clock a leave stamps a key's last use with (clock.c).  Each memory is
+ * only a hint; these tests make it wrong and check that the answer is
+ * still right.  The timings of the path itself are bench/bench_admit.c's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -93,6 +94,43 @@ static void test_admit_lease_start_never_early(void **state) {
   }
 }
 
+/* The coarse throttle clock: never ahead of a precise reading that
+ * follows it (a stamp from the future would make a key look used later
+ * than it was), and behind one that precedes it by at most a few ticks,
+ * whether this thread measured the difference of the clocks just now or
+ * never (then it reads the precise clock). */
+static void test_admit_coarse_clock_never_ahead(void **state) {
+  (void)state;
+  for (int i = 0; i < 1000; i++) {
+    if (i % 100 == 0) /* measure the difference again (a grant does) */
+      (void)throttle__mono_at(throttle__now_ns());
+    uint64_t before = throttle__now_ns();
+    uint64_t coarse = throttle__now_coarse_ns();
+    uint64_t after = throttle__now_ns();
+    assert_true(coarse <= after);
+    assert_true(coarse + 50 * UINT64_C(1000000) >= before);
+  }
+}
+
+/* A leave that decides nothing by the time stamps the key's last use with
+ * the coarse clock: the key still reads as just used, not as idle since
+ * its grant or since never. */
+static void test_admit_leave_stamps_last_use(void **state) {
+  throttle_t *h = th_open(*state);
+  throttle_ticket_t *t;
+  const char *key = "hotdata:ws1/orders";
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+    assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  }
+  assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  th_sleep_ms(300);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  int64_t idle = th_field(h, key, THROTTLE_FIELD_IDLE_MS);
+  printf("idle after a 300 ms hold: %lld ms\n", (long long)idle);
+  assert_true(idle >= 0 && idle < 200);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -100,6 +138,8 @@ int main(void) {
       T(test_admit_reused_key_buffer),
       T(test_admit_scope_named_after_admission),
       T(test_admit_lease_start_never_early),
+      T(test_admit_coarse_clock_never_ahead),
+      T(test_admit_leave_stamps_last_use),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -492,6 +492,99 @@ static void test_scope_open_path_sees_later_scope_backoff(void **state) {
   assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
 }
 
+/* An admission remembers that the scopes of its key were quiet (scope.c),
+ * and must still see every later change of a scope: another process's
+ * back-off, a pause, a pool.  Each try is made from the same buffer, after
+ * admissions that found "ws1" answered and open. */
+static void quiet_admissions(throttle_t *h, const char *key) {
+  for (int i = 0; i < 3; i++) {
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                     0);
+    assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  }
+}
+
+static void test_scope_admission_sees_later_scope_changes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  char key[32] = "ws1/orders";
+  throttle_ticket_t *t = NULL, *u = NULL;
+  uint64_t wait_ms = 0;
+  quiet_admissions(h, key); /* the cold scope "ws1" answered, then quiet */
+  th_reap_ok(fx, th_spawn(fx, child_backs_off, fx), HANG_GUARD_MS);
+  assert_int_equal(
+      throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  quiet_admissions(h, key);
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  assert_int_equal(
+      throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  quiet_admissions(h, key);
+  /* a pool of 1: the remembered quiet must not let a second key in */
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+  /* the pool gone again, and quiet: an admission granted then takes no
+   * place, and one held across the pool's return leaves none behind */
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 0), 0);
+  quiet_admissions(h, key);
+  assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+}
+
+/* throttle_try_enter()'s hint: a key held by its scope's back-off waits a
+ * time, the time until the scope's not-before passes (the later of the
+ * key's and its scopes'), as for the key's own back-off. */
+static void test_scope_try_enter_hint_counts_scope_backoff(void **state) {
+  throttle_t *h = th_open(fx_of(state));
+  throttle_ticket_t *t = NULL;
+  uint64_t wait_ms = 0;
+  assert_int_equal(throttle_backoff(h, "ws1", 30000), 0);
+  assert_int_equal(
+      throttle_try_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_null(t);
+  printf("held by the scope's 30 s back-off: hint %llu ms\n",
+         (unsigned long long)wait_ms);
+  assert_true(wait_ms > 25000 && wait_ms <= 30000);
+  /* the key's own shorter back-off does not shorten the hint */
+  assert_int_equal(throttle_backoff(h, "ws1/orders", 5000), 0);
+  assert_int_equal(
+      throttle_try_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_true(wait_ms > 25000 && wait_ms <= 30000);
+  /* a deeper key: every scope above counts */
+  assert_int_equal(
+      throttle_try_enter(h, "ws1/db/orders", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_true(wait_ms > 25000 && wait_ms <= 30000);
+  /* a pause is no time: the hint stays 0 */
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  assert_int_equal(throttle_clear(h, "ws1/orders"), 0);
+  assert_int_equal(throttle_pause(h, "ws1"), 0);
+  assert_int_equal(
+      throttle_try_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE, &t, &wait_ms),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(wait_ms, 0);
+}
+
 /* ---- pools ------------------------------------------------------------ */
 
 /* A pool of 3 on "ws1" over 4 tables that each admit 8: 16 processes never
@@ -709,6 +802,8 @@ int main(void) {
       T(test_scope_signals_go_where_meant_by_default),
       T(test_scope_publish_level_is_configurable),
       T(test_scope_open_path_sees_later_scope_backoff),
+      T(test_scope_admission_sees_later_scope_changes),
+      T(test_scope_try_enter_hint_counts_scope_backoff),
       T(test_scope_pool_caps_the_sum),
       T(test_scope_pool_fifo_across_tables_live_first),
       T(test_scope_pool_rate_is_a_budget),
