@@ -245,14 +245,15 @@ static int call(struct rds *r, enum rds_script s, const char *key, int argc,
   return 0;
 }
 
-static int rds_backoff(void *be, const char *key, uint64_t delay_ms) {
+static int rds_backoff(void *be, const char *key, uint64_t delay_ms,
+                       int heal) {
   struct rds *r = be;
   char ms[24], pid[16];
-  /* The leave script with fence 0 (no admission) and 'pub': it publishes
-   * and frees nothing. */
+  /* The leave script with fence 0 (no admission) and 'pub' (or 'heal'):
+   * it publishes and frees nothing. */
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)delay_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {"0", "1", ms, pid, "pub"};
+  const char *av[] = {"0", "1", ms, pid, heal ? "heal" : "pub"};
   redisReply *rep;
   int rc = call(r, RDS_LEAVE, key, 5, av, &rep);
   if (rc == 0)
@@ -480,18 +481,19 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   }
 }
 
-static int rds_leave(void *be, void *tk, int outcome,
-                     uint64_t retry_after_ms) {
+static int rds_leave(void *be, void *tk, int outcome, uint64_t retry_after_ms,
+                     uint32_t pub_len) {
   struct rds *r = be;
   struct rds_ticket *t = tk;
   unhold(r, t);
-  char out[8], ms[24], pid[16];
+  char out[8], ms[24], pid[16], at[16];
   snprintf(out, sizeof out, "%d", outcome);
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)retry_after_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {t->fence, out, ms, pid};
+  snprintf(at, sizeof at, "%u", pub_len);
+  const char *av[] = {t->fence, out, ms, pid, "", at};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, t->key, 4, av, &rep);
+  int rc = call(r, RDS_LEAVE, t->key, 6, av, &rep);
   if (rc == 0) {
     if (elem_int(rep, 0) == 1) {
       rds_msg("%s: the admission had been taken back (lease or liveness "

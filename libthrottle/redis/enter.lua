@@ -33,9 +33,10 @@ else
     end
     return {3, wid, 0, 0}
   end
-  if words(v)[7] == 'c' then
+  if words(v)[7] == 'c' or scope_canceled(wid) then
     redis.call('HDEL', WI, wid)
     redis.call('ZREM', W, wid)
+    beneath_del(wid)
     inc('canceled')
     store()
     return {2, wid, 0, 0}
@@ -47,16 +48,18 @@ if hget(wid) then
   store()
   return {0, wid, s['probe'] == wid and 1 or 0, 0}
 end
-local nb = clamp_nb()
+local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
 if nxt then hint = nxt - now end
 if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   redis.call('HDEL', WI, wid)
   redis.call('ZREM', W, wid)
+  beneath_del(wid)
   grant(nil)
   store()
   if nb > now then hint = nb - now else hint = 0 end
   return {4, wid, 0, hint}
 end
+beneath_add(wid, cls, now + live, scope_held and '1' or '0')
 store()
 return {1, wid, 0, hint}

@@ -38,5 +38,6 @@ end
 reap()
 grant(nil)
 wake_all()
+wake_beneath()
 store()
 return 0
