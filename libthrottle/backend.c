@@ -223,10 +223,14 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
    * this caller's heal must hold it too, so an admission is checked
    * against the segment once more (a lock-free read) and handed back if
    * the segment closed meanwhile. */
+  size_t len = strlen(key);
+  const uint32_t cold[2] = {
+      throttle__publish_len(h, key, len, THROTTLE_OUTCOME_RATE_LIMITED),
+      throttle__publish_len(h, key, len, THROTTLE_OUTCOME_UNAVAILABLE)};
   for (int tries = 0;; tries++) {
     heal(h, key);
     int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
-                               probe, wait_ms);
+                               probe, wait_ms, cold);
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);

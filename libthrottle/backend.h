@@ -74,9 +74,12 @@ struct throttle__backend {
   int (*remaining)(void *be, const char *key, uint64_t *ms_left);
   int (*wait)(void *be, const char *key, uint64_t timeout_ms);
   /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
-   * backend's ticket, *probe whether it is the probe. */
+   * backend's ticket, *probe whether it is the probe.  cold: the lengths
+   * of the names a 429 and a 503 would be published on (the cold-scope
+   * rule, scope.c throttle__scope_enter_locked). */
   int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
-               int nowait, void **tk, int *probe, uint64_t *wait_ms);
+               int nowait, void **tk, int *probe, uint64_t *wait_ms,
+               const uint32_t cold[2]);
   /* Frees tk whatever it returns.  pub_len: where a back-off the outcome
    * publishes goes, as the length of its name (the key's own length, or
    * one of its scopes', scope.c throttle__publish_len). */

@@ -378,12 +378,16 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
 }
 
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
-                     int nowait, void **tk, int *probe, uint64_t *wait_ms) {
+                     int nowait, void **tk, int *probe, uint64_t *wait_ms,
+                     const uint32_t cold[2]) {
   struct rds *r = be;
   uint64_t start = rds_mono_ms();
   uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
                                                       : start + timeout_ms;
   char id[32] = "0", scls[4], lease[16], live[16], pid[16], left[24];
+  char c429[16], c503[16];
+  snprintf(c429, sizeof c429, "%u", cold[0]);
+  snprintf(c503, sizeof c503, "%u", cold[1]);
   snprintf(scls, sizeof scls, "%d", cls);
   snprintf(lease, sizeof lease, "%u", r->lease_ms);
   snprintf(live, sizeof live, "%u", r->liveness_ms);
@@ -398,9 +402,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
-    const char *av[] = {id,      scls,  lease, live,
-                        r->me,   pid,   nowait ? "1" : "0", left};
-    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 8, av);
+    const char *av[] = {id,    scls, lease, live, r->me,
+                        pid,   nowait ? "1" : "0", left, c429, c503};
+    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 10, av);
     if (rep == NULL)
       return rds_down(r, c, "enter");
     int64_t st = elem_int(rep, 0);
@@ -458,8 +462,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (sleep_slice(r, &sleep)) {
       /* Give the queue place back at once (a nowait look removes it; if
        * the slot came meanwhile, hand it back). */
-      const char *qv[] = {id, scls, lease, live, r->me, pid, "1", "0"};
-      rep = rds_eval(r, c, RDS_ENTER, key, 8, qv);
+      const char *qv[] = {id,  scls, lease, live, r->me,
+                          pid, "1",  "0",   c429, c503};
+      rep = rds_eval(r, c, RDS_ENTER, key, 10, qv);
       if (rep == NULL)
         return rds_down(r, c, "enter");
       int granted = elem_int(rep, 0) == 0;

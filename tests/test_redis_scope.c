@@ -27,8 +27,8 @@ static throttle_config_t *host_cfg(struct th_fx *fx, int i) {
 
 #define TH_SCOPE_CFG(fx, i) host_cfg((fx), (i))
 #define TH_SCOPE_NO_MAIN
-/* Not every body of test_scope.c runs here (the cold scope, the segment's
- * own memory and crash repair are the segment's). */
+/* Not every body of test_scope.c runs here (the open-key path's memory,
+ * the learned cap's seeding and the crash repair are the segment's). */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "test_scope.c"
 
@@ -162,6 +162,11 @@ int main(int argc, char **argv) {
       TR(test_scope_backoff_holds_admissions_beneath),
       TR(test_scope_one_probe_for_the_scope),
       TR(test_scope_probe_refused_again_holds_the_scope),
+      TR(test_scope_cold_scope_sends_one_first_request),
+      TR(test_scope_cold_scope_refused_holds_its_retry_after),
+      TR(test_scope_cold_scope_opens_on_any_answer),
+      TR(test_scope_cold_hold_is_bounded),
+      TR(test_scope_cold_rule_only_where_signals_go),
       TR(test_redis_scope_dead_probe_is_reclaimed),
       TR(test_scope_pause_holds_every_key_until_resume),
       TR(test_scope_cancel_reaches_every_key),

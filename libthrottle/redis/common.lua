@@ -127,6 +127,7 @@ end
 -- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
 -- reap and lease judge it as the key's do, and beat.lua refreshes it.
 local KB = KEYS[5]
+local COLD_HOLD = 1000 -- ms (scope.c THROTTLE__COLD_HOLD_NS)
 local SC = {}
 do
   local at, j = 2, 6
@@ -185,9 +186,17 @@ local function scope_gate()
     if nb > now then return 1, nb end
     if sg(sc, 'episode') == 1 then
       local pr = sc.s['probe'] or '0'
-      if pr ~= '0' and sc.s['h:' .. pr] then return 1, nil end
-      if pr ~= '0' then sp(sc, 'probe', '0') end
-      verdict = 2
+      local pv = pr ~= '0' and sc.s['h:' .. pr]
+      if pv then
+        -- a cold scope's first request holds the keys at most COLD_HOLD
+        -- after its grant; then they go, its episode kept
+        if sg(sc, 'answered') == 1 then return 1, nil end
+        local hold_end = (tonumber(words(pv)[4]) or 0) + COLD_HOLD
+        if hold_end > now then return 1, hold_end end
+      else
+        if pr ~= '0' then sp(sc, 'probe', '0') end
+        verdict = 2
+      end
     end
   end
   return verdict, nil
@@ -309,7 +318,8 @@ local function scope_leave(id, outcome, pub_at)
   local pl = place_of(id)
   local answer = outcome >= 0 and outcome <= 4
   for _, sc in ipairs(SC) do
-    if answer and sg(sc, 'answered') == 0 then sp(sc, 'answered', 1) end
+    -- any answer from beneath marks an existing scope answered for good
+    if answer and next(sc.s) and sg(sc, 'answered') == 0 then sp(sc, 'answered', 1) end
     if sc.s['h:' .. pl] then
       sdel(sc, 'h:' .. pl)
       sc.wake = true
@@ -338,6 +348,20 @@ local function scope_publish(ms, pid, pub_at)
     end
   end
   return false
+end
+
+-- The cold-scope rule (scope.c throttle__scope_enter_locked): a scope a
+-- 429 or a 503 of this caller would be published on (l429, l503: the
+-- lengths of those names) that no answer has come back to yet opens an
+-- episode with no not-before, so that ONE first admission beneath goes as
+-- its probe and the others follow its answer.
+local function scope_cold(l429, l503)
+  for _, sc in ipairs(SC) do
+    if (#sc.name == l429 or #sc.name == l503) and sg(sc, 'answered') == 0 and
+       sg(sc, 'episode') == 0 then
+      sp(sc, 'episode', 1)
+    end
+  end
 end
 
 -- Waiters and watchers of this key in the beneath hash of every scope:
