@@ -340,10 +340,25 @@ int64_t th_field(throttle_t *h, const char *key, throttle_field_t f) {
   return v;
 }
 
+/* f of key, or INT64_MIN while the key does not exist yet (a process
+ * that looks asleep may still be on its way to its first call). */
+static int64_t field_if_any(throttle_t *h, const char *key,
+                            throttle_field_t f) {
+  throttle_info_t *info;
+  int rc = throttle_info(h, key, &info);
+  if (rc == THROTTLE_ENOKEY)
+    return INT64_MIN;
+  assert_int_equal(rc, 0);
+  int64_t v = throttle_info_get(info, f);
+  throttle_info_free(info);
+  return v;
+}
+
 void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
                    int64_t want, int timeout_ms) {
   uint64_t t0 = th_mono_ms();
-  while (th_field(h, key, f) != want && th_mono_ms() - t0 < (uint64_t)timeout_ms)
+  while (field_if_any(h, key, f) != want &&
+         th_mono_ms() - t0 < (uint64_t)timeout_ms)
     th_sleep_ms(5);
   assert_int_equal(th_field(h, key, f), want);
 }

@@ -1,10 +1,11 @@
 -- leave: ARGV 5.. fence, outcome (throttle_outcome_t), retry-after ms
 -- (0 = the default), pid, 'pub' for a plain throttle_backoff() (the
 -- delay as given, no outcome counted), 'heal' for what a host's segment
--- knew (backend.h), or '', and the length of the name
--- the back-off goes to (the key's, or one of its scopes'; none: the key).  Returns {1} when the fence no longer held a
--- slot (lapsed or reclaimed): its report then only pushes the not-before
--- later; it frees nothing and ends no probe's episode.  {0} otherwise.
+-- knew (backend.h) or '', and the length of the name the back-off goes
+-- to (the key's, or one of its scopes'; none: the key).  Returns {1} when
+-- the fence no longer held a slot (lapsed or reclaimed): its report then
+-- only pushes the not-before later; it frees nothing and ends no probe's
+-- episode.  {0} otherwise.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
 local plain = ARGV[9] == 'pub' or heal
