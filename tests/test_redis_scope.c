@@ -137,6 +137,45 @@ static void test_redis_scope_records_are_listed(void **state) {
   throttle_close(b);
 }
 
+/* (The parent's handle is left alone: its heartbeat thread may have held
+ * the handle's mutex at the fork.) */
+static int child_enters_and_dies(void *p) {
+  (void)p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(other_cfg, &h) == 0);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE, 5000,
+                                &t) == 0);
+  raise(SIGKILL);
+  return 0;
+}
+
+/* A pool's place is held as long as its holder lives (the heartbeat keeps
+ * it past the liveness bound), and a holder killed on another host gives
+ * it back within that bound. */
+static void test_redis_scope_pool_place_lives_with_its_holder(void **state) {
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws1", 1), 0);
+  throttle_ticket_t *t = NULL, *u = NULL;
+  assert_int_equal(
+      throttle_enter(a, "ws1/users", THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  th_sleep_ms(2500); /* past the liveness bound: the heartbeat kept it */
+  assert_int_equal(th_field(a, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(try_in(a, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap_killed(fx, th_spawn(fx, child_enters_and_dies, fx), HANG_GUARD_MS);
+  assert_int_equal(th_field(a, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  uint64_t m0 = th_mono_ms();
+  assert_int_equal(
+      throttle_enter(a, "ws1/items", THROTTLE_CLASS_LIVE, 10000, &u), 0);
+  assert_true(th_mono_ms() - m0 < 5000);
+  assert_int_equal(th_field(a, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(a, u, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(a, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
+}
+
 /* The dead probe's place is reclaimed through its liveness record. */
 static void test_redis_scope_dead_probe_is_reclaimed(void **state) {
   setenv("THROTTLE_LIVENESS_MS", "2000", 1);
@@ -174,6 +213,7 @@ int main(int argc, char **argv) {
       TR(test_scope_pool_caps_the_sum),
       TR(test_scope_pool_fifo_across_tables_live_first),
       TR(test_scope_pool_rate_is_a_budget),
+      TR(test_redis_scope_pool_place_lives_with_its_holder),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
