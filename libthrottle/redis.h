@@ -28,7 +28,11 @@
  *     handle's publish level says (the leave script is told the length of
  *     the name); a scope's resume, cancel, clear, setting or back-off wakes
  *     the waiters and watchers of every key beneath, and its cancel ends
- *     those that arrived before it.  Not mirrored: the cold-scope rule.
+ *     those that arrived before it.  The cold-scope rule: a scope this
+ *     caller's 429 or 503 would go to, never answered, opens an episode
+ *     with no not-before, and its first request holds the keys beneath
+ *     at most 1 s after its grant (the enter script is told both
+ *     lengths).
  *   - pools: a scope with a fixed cap or a rate bounds the sum of the
  *     admissions beneath it; a grant takes a place at every pool above at
  *     once, in the script that grants it; FIFO across the keys of a pool,
@@ -36,7 +40,11 @@
  *     (as each last saw it); a leave frees the places and wakes the
  *     waiters beneath, and the oldest eligible one takes the place.  Places
  *     of dead holders are reclaimed by the holder's liveness and lease, as
- *     its slot is.
+ *     its slot is (the heartbeat refreshes the places with the slot).
+ *     Rejected: a pool queue of its own (a second FIFO to keep in step
+ *     with the keys' queues; the beneath hash already holds each
+ *     waiter's class and arrival), and reading the other keys' state to
+ *     judge their waiters' eligibility (keys the script was not given).
  * What differs, and why: Redis is the only clock (scripts read TIME and
  * return relative delays; clients sleep on their own monotonic clock);
  * dead holders are told by a liveness record each holder refreshes (a
