@@ -148,6 +148,9 @@ $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing
 	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests $(LDFLAGS) -o $@ $< $(TEST_HELPERS) \
 	  $(B)/libthrottle-testing.a -lcmocka $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
 
+# The scope contracts on Redis reuse test_scope.c's bodies.
+$(B)/tests/test_redis_scope: tests/test_scope.c
+
 # ---- examples and the demo ----------------------------------------------
 
 # Built as a user of the installed library would build them: public

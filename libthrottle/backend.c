@@ -178,7 +178,7 @@ static int result(throttle_t *h, int rc) {
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms) {
   READ_ONLY_STAYS(h);
   CHECK_KEY(h, key);
-  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms));
+  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms, 0));
 }
 
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
@@ -188,13 +188,24 @@ int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
 
 /* What this host was told and the backend may have lost (a restart, a
  * failover, an outage the segment served): published again before a
- * wait or an admission.  Only ever later there, so it costs nothing when
+ * wait or an admission, on the key and on each of its scopes (where a
+ * 429 or a 503 went).  Only ever later there, so it costs nothing when
  * the backend knows already, and one extra call only while it is pending
  * here. */
 static void heal(throttle_t *h, const char *key) {
-  uint64_t ms = throttle__segment_remaining(h, key);
-  if (ms > 0)
-    (void)h->be->ops->backoff(h->be->state, key, ms);
+  char name[THROTTLE__KEY_MAX + 1];
+  size_t len = strnlen(key, THROTTLE__KEY_MAX);
+  for (size_t p = 0;; p++) {
+    size_t end = throttle__scope_next(key, len, p);
+    p = end != 0 ? end : len;
+    memcpy(name, key, p);
+    name[p] = 0;
+    uint64_t ms = throttle__segment_remaining(h, name);
+    if (ms > 0)
+      (void)h->be->ops->backoff(h->be->state, name, ms, 1);
+    if (end == 0)
+      return;
+  }
 }
 
 int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms) {
@@ -220,20 +231,25 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
    * not-before and handed back if it closed meanwhile. */
   if (throttle__segment_busy(h, key))
     return THROTTLE__BE_DOWN; /* not an outage: no notice */
+  size_t len = strlen(key);
+  const uint32_t cold[2] = {
+      throttle__publish_len(h, key, len, THROTTLE_OUTCOME_RATE_LIMITED),
+      throttle__publish_len(h, key, len, THROTTLE_OUTCOME_UNAVAILABLE)};
   for (int tries = 0;; tries++) {
     heal(h, key);
     int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
-                               probe, wait_ms);
+                               probe, wait_ms, cold);
     if (rc == 0 && throttle__segment_busy(h, key)) {
       (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,
-                              0);
+                              0, (uint32_t)len);
       *tk = NULL;
       return THROTTLE__BE_DOWN;
     }
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);
-    (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED, 0);
+    (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED, 0,
+                            (uint32_t)strlen(key));
     *tk = NULL;
     if (nowait) {
       if (wait_ms != NULL)
@@ -245,9 +261,9 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
 }
 
 int throttle__be_leave(throttle_t *h, void *tk, int outcome,
-                       uint64_t retry_after_ms) {
-  return result(h,
-                h->be->ops->leave(h->be->state, tk, outcome, retry_after_ms));
+                       uint64_t retry_after_ms, uint32_t pub_len) {
+  return result(h, h->be->ops->leave(h->be->state, tk, outcome,
+                                     retry_after_ms, pub_len));
 }
 
 int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,

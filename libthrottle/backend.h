@@ -68,15 +68,24 @@ struct throttle__backend {
               size_t msglen);
   void (*close)(void *be);
   const char *(*errmsg)(void *be);
-  int (*backoff)(void *be, const char *key, uint64_t delay_ms);
+  /* heal: what this host's segment knows, published again (backend.c
+   * heal()): a not-before the backend already has (give or take a round
+   * trip) is left alone and nothing is counted. */
+  int (*backoff)(void *be, const char *key, uint64_t delay_ms, int heal);
   int (*remaining)(void *be, const char *key, uint64_t *ms_left);
   int (*wait)(void *be, const char *key, uint64_t timeout_ms);
   /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
-   * backend's ticket, *probe whether it is the probe. */
+   * backend's ticket, *probe whether it is the probe.  cold: the lengths
+   * of the names a 429 and a 503 would be published on (the cold-scope
+   * rule, scope.c throttle__scope_enter_locked). */
   int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
-               int nowait, void **tk, int *probe, uint64_t *wait_ms);
-  /* Frees tk whatever it returns. */
-  int (*leave)(void *be, void *tk, int outcome, uint64_t retry_after_ms);
+               int nowait, void **tk, int *probe, uint64_t *wait_ms,
+               const uint32_t cold[2]);
+  /* Frees tk whatever it returns.  pub_len: where a back-off the outcome
+   * publishes goes, as the length of its name (the key's own length, or
+   * one of its scopes', scope.c throttle__publish_len). */
+  int (*leave)(void *be, void *tk, int outcome, uint64_t retry_after_ms,
+               uint32_t pub_len);
   int (*set)(void *be, const char *key, int what, uint64_t a, uint64_t b);
   /* key NULL: every key (throttle_reset). */
   int (*clear)(void *be, const char *key);
@@ -123,7 +132,7 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
                        uint64_t timeout_ms, int nowait, void **tk, int *probe,
                        uint64_t *wait_ms);
 int throttle__be_leave(throttle_t *h, void *tk, int outcome,
-                       uint64_t retry_after_ms);
+                       uint64_t retry_after_ms, uint32_t pub_len);
 int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,
                      uint64_t b);
 int throttle__be_clear(throttle_t *h, const char *key);

@@ -658,16 +658,20 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
 }
 
 /* A back-off reported through the backend, recorded in the segment too
- * (as throttle_backoff() does): if the backend goes away, this host's
+ * (as throttle_backoff() does), on the record the backend published it
+ * on (the key, or a scope of it): if the backend goes away, this host's
  * processes still honour it. */
 static void mirror_publish(throttle_t *h, throttle_ticket_t *t,
-                           uint64_t ms) {
+                           uint32_t plen, uint64_t ms) {
   if (throttle__lock(h) != 0)
     return;
   uint64_t now = throttle__now_ns();
   struct throttle__rec *r;
-  if (throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
-                              &r) == 0)
+  if (throttle__insert_locked(h, t->key, plen,
+                              plen == t->len
+                                  ? ticket_hash(h, t)
+                                  : throttle__hash(h->seed, t->key, plen),
+                              now, &r) == 0)
     throttle__publish_locked(h, r, now,
                              ms > UINT64_MAX / THROTTLE__NS_PER_MS
                                  ? UINT64_MAX
@@ -680,9 +684,10 @@ static void mirror_publish(throttle_t *h, throttle_ticket_t *t,
 static int report_backend(throttle_t *h, throttle_ticket_t *t,
                           throttle_outcome_t outcome,
                           uint64_t retry_after_ms, int bad_outcome) {
-  int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms);
+  uint32_t plen = throttle__publish_len(h, t->key, t->len, outcome);
+  int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms, plen);
   if (publishes(outcome))
-    mirror_publish(h, t,
+    mirror_publish(h, t, plen,
                    retry_after_ms ? retry_after_ms : DEFAULT_LOCK_DELAY_MS);
   throttle__free(t);
   if (rc == THROTTLE__BE_DOWN)

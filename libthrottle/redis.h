@@ -28,6 +28,31 @@
  *     last refusal of a key beneath it taught (scope.c
  *     throttle__scope_seed_locked; see seed_* below).
  *   - cancel ends the current waiters only; later callers are unaffected.
+ *   - scopes (scope.c): a key's gate also honours each of its scopes (its
+ *     prefixes at '/'): a scope's not-before (clamped to the caller's max
+ *     delay), its pause, and after its not-before one probe for the whole
+ *     scope, whose answer ends the scope's episode unless the answer was
+ *     published on that scope; a 429 or 503 is published where the
+ *     handle's publish level says (the leave script is told the length of
+ *     the name); a scope's resume, cancel, clear, setting or back-off wakes
+ *     the waiters and watchers of every key beneath, and its cancel ends
+ *     those that arrived before it.  The cold-scope rule: a scope this
+ *     caller's 429 or 503 would go to, never answered, opens an episode
+ *     with no not-before, and its first request holds the keys beneath
+ *     at most 1 s after its grant (the enter script is told both
+ *     lengths).
+ *   - pools: a scope with a fixed cap or a rate bounds the sum of the
+ *     admissions beneath it; a grant takes a place at every pool above at
+ *     once, in the script that grants it; FIFO across the keys of a pool,
+ *     live before backfill, among waiters whose own key would let them go
+ *     (as each last saw it); a leave frees the places and wakes the
+ *     waiters beneath, and the oldest eligible one takes the place.  Places
+ *     of dead holders are reclaimed by the holder's liveness and lease, as
+ *     its slot is (the heartbeat refreshes the places with the slot).
+ *     Rejected: a pool queue of its own (a second FIFO to keep in step
+ *     with the keys' queues; the beneath hash already holds each
+ *     waiter's class and arrival), and reading the other keys' state to
+ *     judge their waiters' eligibility (keys the script was not given).
  * What differs, and why: Redis is the only clock (scripts read TIME and
  * return relative delays; clients sleep on their own monotonic clock);
  * dead holders are told by a liveness record each holder refreshes (a
@@ -36,8 +61,10 @@
  * holds a slot can only push the not-before later.
  *
  * Keys.  All keys of one root scope (the key up to its first '/') share
- * one hash tag, thr1:{ROOT}:..., so one script can touch a table and,
- * later, the scopes and pools above it atomically, on Redis Cluster too.
+ * one hash tag, thr1:{ROOT}:..., so one script touches a table and the
+ * scopes and pools above it atomically, on Redis Cluster too: a script's
+ * KEYS are the key's own five and, root first, each scope's k and b keys
+ * (rds_eval computes them; at most 16 scopes deep).
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
  * non-printing bytes), so braces in a name cannot move the tag.
  *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
@@ -54,6 +81,12 @@
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
+ *   thr1:{R}:b:KEY   when KEY is a scope: the waiters and watchers of the
+ *                    keys beneath it (hash: their list -> class, arrival,
+ *                    live_until, eligible, the cancel generation at their
+ *                    arrival), for wake-ups, cancel and a pool's FIFO
+ * A scope's record is an ordinary k hash; a holder's place in a scope (its
+ * probe, or its place in a pool) is a holder field of it, h:KEY#FENCE.
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
  *

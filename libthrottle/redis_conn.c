@@ -304,43 +304,68 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 
 /* ---- scripts ----------------------------------------------------------- */
 
-#define NKEYS 5 /* k w wi x of the key, then the parent scope's k */
+#define NKEYS 5
 #define NCOMMON 4
+#define NSCOPES_MAX 16 /* scopes passed to a script; deeper ones are ignored */
+#define KEYNAME_MAX (THROTTLE__KEY_MAX * 6 + 64)
 
 /* One script call: EVALSHA, and EVAL when the server does not know the
  * script (after a restart or a failover).  NULL on a connection failure
- * (c->err set) or a script error (message set). */
+ * (c->err set) or a script error (message set).  KEYS: the key's state
+ * hash, waiters, waiter records, watchers and beneath hash (common.lua),
+ * then each scope's state hash and beneath hash, root first: all under
+ * the key's root hash tag, so one script reads and writes them all. */
+typedef char rds_keyname[KEYNAME_MAX];
+static redisReply *eval_keys(struct rds *r, redisContext *c,
+                             enum rds_script s, const char *key, int argc,
+                             const char **argv, rds_keyname *keys);
+
+/* The key names are on the heap: up to 37 of 1.6 KB would take about 59 KB
+ * of the caller's stack, more than some threads have; one allocation is
+ * nothing beside a round trip. */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
                      const char *key, int argc, const char **argv) {
-  static const char *const kinds[NKEYS - 1] = {"k", "w", "wi", "x"};
-  char keys[NKEYS][THROTTLE__KEY_MAX * 6 + 64];
-  char qp[THROTTLE__KEY_MAX * 6 + 64], ttl[24], maxd[24], nkeys[4];
-  char parent[THROTTLE__KEY_MAX + 1];
-  const char *av[3 + NKEYS + NCOMMON + 16];
   if (argc > 16)
     return NULL;
-  for (int i = 0; i < NKEYS - 1; i++)
-    rds_key(keys[i], sizeof keys[i], kinds[i], key);
-  /* The parent scope's state hash (the key up to its last '/'; the key's
-   * own for a key without one), where a refusal leaves what it taught for
-   * a sibling key new to the scope (common.lua seed).  The same hash tag:
-   * the parent has the same root. */
-  const char *slash = strrchr(key, '/');
-  size_t plen = slash != NULL && slash != key ? (size_t)(slash - key) : 0;
-  if (plen == 0 || plen >= sizeof parent)
-    plen = strnlen(key, sizeof parent - 1);
-  memcpy(parent, key, plen);
-  parent[plen] = 0;
-  rds_key(keys[NKEYS - 1], sizeof keys[NKEYS - 1], "k", parent);
+  rds_keyname *keys = malloc((NKEYS + 2 * NSCOPES_MAX) * sizeof *keys);
+  if (keys == NULL) {
+    rds_msg("out of memory");
+    return NULL;
+  }
+  redisReply *rep = eval_keys(r, c, s, key, argc, argv, keys);
+  free(keys);
+  return rep;
+}
+
+static redisReply *eval_keys(struct rds *r, redisContext *c,
+                             enum rds_script s, const char *key, int argc,
+                             const char **argv, rds_keyname *keys) {
+  static const char *const kinds[NKEYS] = {"k", "w", "wi", "x", "b"};
+  char qp[KEYNAME_MAX], ttl[24], maxd[24], nkeys[8];
+  const char *av[3 + NKEYS + 2 * NSCOPES_MAX + NCOMMON + 16];
+  int nk = 0;
+  for (int i = 0; i < NKEYS; i++, nk++)
+    rds_key(keys[nk], sizeof keys[nk], kinds[i], key);
+  size_t len = strlen(key);
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0 &&
+                     nk < NKEYS + 2 * NSCOPES_MAX;
+       p++) {
+    char scope[THROTTLE__KEY_MAX + 1];
+    memcpy(scope, key, p);
+    scope[p] = 0;
+    rds_key(keys[nk], sizeof keys[nk], "k", scope);
+    rds_key(keys[nk + 1], sizeof keys[nk + 1], "b", scope);
+    nk += 2;
+  }
   rds_key(qp, sizeof qp, "q", key);
   snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)r->ttl_ms);
   snprintf(maxd, sizeof maxd, "%llu", (unsigned long long)r->max_delay_ms);
-  snprintf(nkeys, sizeof nkeys, "%d", NKEYS);
+  snprintf(nkeys, sizeof nkeys, "%d", nk);
   int n = 0;
   av[n++] = "EVALSHA";
   av[n++] = r->sha[s];
   av[n++] = nkeys;
-  for (int i = 0; i < NKEYS; i++)
+  for (int i = 0; i < nk; i++)
     av[n++] = keys[i];
   av[n++] = qp;
   av[n++] = ttl;

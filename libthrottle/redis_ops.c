@@ -245,14 +245,15 @@ static int call(struct rds *r, enum rds_script s, const char *key, int argc,
   return 0;
 }
 
-static int rds_backoff(void *be, const char *key, uint64_t delay_ms) {
+static int rds_backoff(void *be, const char *key, uint64_t delay_ms,
+                       int heal) {
   struct rds *r = be;
   char ms[24], pid[16];
-  /* The leave script with fence 0 (no admission) and 'pub': it publishes
-   * and frees nothing. */
+  /* The leave script with fence 0 (no admission) and 'pub' (or 'heal'):
+   * it publishes and frees nothing. */
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)delay_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {"0", "1", ms, pid, "pub"};
+  const char *av[] = {"0", "1", ms, pid, heal ? "heal" : "pub"};
   redisReply *rep;
   int rc = call(r, RDS_LEAVE, key, 5, av, &rep);
   if (rc == 0)
@@ -377,12 +378,16 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
 }
 
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
-                     int nowait, void **tk, int *probe, uint64_t *wait_ms) {
+                     int nowait, void **tk, int *probe, uint64_t *wait_ms,
+                     const uint32_t cold[2]) {
   struct rds *r = be;
   uint64_t start = rds_mono_ms();
   uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
                                                       : start + timeout_ms;
   char id[32] = "0", scls[4], lease[16], live[16], pid[16], left[24];
+  char c429[16], c503[16];
+  snprintf(c429, sizeof c429, "%u", cold[0]);
+  snprintf(c503, sizeof c503, "%u", cold[1]);
   snprintf(scls, sizeof scls, "%d", cls);
   snprintf(lease, sizeof lease, "%u", r->lease_ms);
   snprintf(live, sizeof live, "%u", r->liveness_ms);
@@ -397,9 +402,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
-    const char *av[] = {id,      scls,  lease, live,
-                        r->me,   pid,   nowait ? "1" : "0", left};
-    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 8, av);
+    const char *av[] = {id,    scls, lease, live, r->me,
+                        pid,   nowait ? "1" : "0", left, c429, c503};
+    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 10, av);
     if (rep == NULL)
       return rds_down(r, c, "enter");
     int64_t st = elem_int(rep, 0);
@@ -457,8 +462,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (sleep_slice(r, &sleep)) {
       /* Give the queue place back at once (a nowait look removes it; if
        * the slot came meanwhile, hand it back). */
-      const char *qv[] = {id, scls, lease, live, r->me, pid, "1", "0"};
-      rep = rds_eval(r, c, RDS_ENTER, key, 8, qv);
+      const char *qv[] = {id,  scls, lease, live, r->me,
+                          pid, "1",  "0",   c429, c503};
+      rep = rds_eval(r, c, RDS_ENTER, key, 10, qv);
       if (rep == NULL)
         return rds_down(r, c, "enter");
       int granted = elem_int(rep, 0) == 0;
@@ -480,18 +486,19 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   }
 }
 
-static int rds_leave(void *be, void *tk, int outcome,
-                     uint64_t retry_after_ms) {
+static int rds_leave(void *be, void *tk, int outcome, uint64_t retry_after_ms,
+                     uint32_t pub_len) {
   struct rds *r = be;
   struct rds_ticket *t = tk;
   unhold(r, t);
-  char out[8], ms[24], pid[16];
+  char out[8], ms[24], pid[16], at[16];
   snprintf(out, sizeof out, "%d", outcome);
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)retry_after_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {t->fence, out, ms, pid};
+  snprintf(at, sizeof at, "%u", pub_len);
+  const char *av[] = {t->fence, out, ms, pid, "", at};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, t->key, 4, av, &rep);
+  int rc = call(r, RDS_LEAVE, t->key, 6, av, &rep);
   if (rc == 0) {
     if (elem_int(rep, 0) == 1) {
       rds_msg("%s: the admission had been taken back (lease or liveness "

@@ -5,6 +5,10 @@
  * scope; 429 and 503 are published on the root scope, LOCKED on the key,
  * as the handle's publish levels say.  Real processes (fork), no timing
  * assertions beyond "not before the published time" and orders.
+ *
+ * test_redis_scope.c runs these bodies again on the Redis backend, with
+ * the children on two "hosts": it defines TH_SCOPE_CFG (the config child
+ * i opens) and TH_SCOPE_NO_MAIN before it includes this file.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +33,10 @@
 #define NTABLES 4
 
 static struct th_fx *fx_of(void **state) { return *state; }
+
+#ifndef TH_SCOPE_CFG
+#define TH_SCOPE_CFG(fx, i) ((void)(i), (fx)->cfg)
+#endif
 
 static const char *const tables[NTABLES] = {"ws1/orders", "ws1/items",
                                             "ws1/users", "ws1/events"};
@@ -64,18 +72,18 @@ struct kid {
   throttle_class_t cls; /* LIVE unless set */
 };
 
-/* A child's own handle (the inherited one is the parent's), or NULL. */
-static throttle_t *child_handle(struct th_fx *fx) {
+/* Child i's own handle (the inherited one is the parent's), or NULL. */
+static throttle_t *child_handle(struct th_fx *fx, int i) {
   throttle_close(fx->h);
   throttle_t *h = NULL;
-  return throttle_open(fx->cfg, &h) == 0 ? h : NULL;
+  return throttle_open(TH_SCOPE_CFG(fx, i), &h) == 0 ? h : NULL;
 }
 
 /* Enter table i, note the time, hold, leave (the first admitted of all
  * with the board's probe outcome, or dying without a leave). */
 static int child_enters(void *p) {
   struct kid *k = p;
-  throttle_t *h = child_handle(k->fx);
+  throttle_t *h = child_handle(k->fx, k->i);
   TH_CHILD_CHECK(h != NULL);
   throttle_ticket_t *t = NULL;
   int rc = throttle_enter(h, tables[k->i % NTABLES], k->cls, HANG_GUARD_MS,
@@ -107,7 +115,7 @@ static int child_enters(void *p) {
 
 static int child_waits(void *p) {
   struct kid *k = p;
-  throttle_t *h = child_handle(k->fx);
+  throttle_t *h = child_handle(k->fx, k->i);
   TH_CHILD_CHECK(h != NULL);
   k->b->rc[k->i] = throttle_wait(h, tables[k->i], THROTTLE_FOREVER);
   k->b->admit_ns[k->i] = th_now_ns();
@@ -716,7 +724,7 @@ struct crash_kid {
  * (armed: killed while granting the slot to the waiting process). */
 static int kid_holds_orders(void *p) {
   struct crash_kid *k = p;
-  throttle_t *h = child_handle(k->fx);
+  throttle_t *h = child_handle(k->fx, 0);
   TH_CHILD_CHECK(h != NULL);
   throttle_ticket_t *t = NULL;
   TH_CHILD_CHECK(throttle_enter(h, "ws1/orders", THROTTLE_CLASS_LIVE,
@@ -782,6 +790,7 @@ static void test_scope_pool_place_of_a_grant_cut_short(void **state) {
     close(fds[i]);
 }
 
+#ifndef TH_SCOPE_NO_MAIN
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -812,3 +821,4 @@ int main(void) {
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
+#endif

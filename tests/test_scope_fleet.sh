@@ -16,7 +16,9 @@
 #
 # Extra arguments go to every `throttlectl http` (the bench compares
 # per-table signals); the checks apply only without them.  Prints one line
-# of figures.
+# of figures.  HOSTS=2 (test_redis_scope_fleet.sh, with THROTTLE_BACKEND
+# set) runs every other loader on a second segment: a second "host" that
+# shares only the backend with the first.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
@@ -28,10 +30,12 @@ command -v python3 >/dev/null 2>&1 || { echo "SKIP: needs python3"; exit 77; }
 L=3 R=1 TABLES=4 PROCS=16 JOBS=32
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/scope-fleet.XXXXXX")
 seg="/scope-fleet-$$"
+HOSTS=${HOSTS:-1}
 srv=""
 cleanup() {
   [ -n "$srv" ] && { kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null; }
   "$CTL" --segment "$seg" rm >/dev/null 2>&1
+  "$CTL" --segment "$seg-b" rm >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -47,7 +51,9 @@ while [ $i -lt $JOBS ]; do
 done >"$tmp/jobs"
 cat >"$tmp/job.sh" <<JOB
 #!/bin/sh
-exec "$CTL" --segment "$seg" http "hotdata:\$3/\$2" --timeout 60 $* \
+seg="$seg"
+[ \$((\$1 % $HOSTS)) = 1 ] && seg="$seg-b"
+exec "$CTL" --segment "\$seg" http "hotdata:\$3/\$2" --timeout 60 $* \
   --data-binary @"$tmp/f\$1" -o /dev/null \
   "$U/v1/workspaces/\$3/tables/\$2/load"
 JOB

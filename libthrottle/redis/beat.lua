@@ -7,4 +7,14 @@ if not v then return 0 end
 local w = words(v)
 w[5] = fmt(now + tonumber(w[8]))
 redis.call('HSET', K, 'h:' .. id, table.concat(w, ' '))
+-- its places in the scopes above (a probe's, a pool's)
+for _, sc in ipairs(SC) do
+  local f = 'h:' .. place_of(id)
+  local pv = redis.call('HGET', sc.k, f)
+  if pv then
+    local pw = words(pv)
+    pw[5] = w[5]
+    redis.call('HSET', sc.k, f, table.concat(pw, ' '))
+  end
+end
 return 1

@@ -1,8 +1,10 @@
 -- common.lua: prepended to every script (see libthrottle/redis.h for the
 -- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
--- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 the parent
--- scope's state hash (KEYS[1] for a key without one: see seed below).
+-- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 beneath hash,
+-- then a state and a beneath hash per scope (see the scopes section; the
+-- last scope's state hash is also where the learned cap seeds its
+-- siblings: see seed below).
 -- ARGV 1..4: queue key prefix, idle TTL ms, this caller's max delay ms,
 -- the key's name (kept in the state hash for listings).
 local t = redis.call('TIME')
@@ -119,6 +121,339 @@ local function reap()
   redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
 end
 
+-- ---- scopes (libthrottle/scope.c) -----------------------------------------
+-- A key's scopes are its prefixes at '/' (not a leading one), root first;
+-- each is an ordinary key's state hash (its not-before, pause, cancel
+-- generation, episode and probe, cap and rate), read here so that its
+-- rules reach the keys beneath.  KEYS 5 is the key's own beneath hash
+-- (the waiters and watchers of the keys below it, when it is itself a
+-- scope); then two per scope: its state hash and its beneath hash.  A
+-- beneath entry: field = the list its waiter or watcher sleeps on, value =
+-- class ('w' for a watcher), arrival id, live_until, eligible (1: only a
+-- scope or a pool held it at its last look, its own key would let it go),
+-- the scope's cancel generation at its arrival.  A holder's place in a
+-- scope (its probe, or its place in a pool) is a holder field of the
+-- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
+-- reap and lease judge it as the key's do, and beat.lua refreshes it.
+local KB = KEYS[5]
+local COLD_HOLD = 1000 -- ms (scope.c THROTTLE__COLD_HOLD_NS)
+local SC = {}
+do
+  local at, j = 2, 6
+  while KEYS[j + 1] do
+    local pos = string.find(NAME, '/', at, true)
+    if not pos then break end
+    local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
+                b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
+    local a = redis.call('HGETALL', sc.k)
+    for i = 1, #a, 2 do sc.s[a[i]] = a[i + 1] end
+    SC[#SC + 1] = sc
+    at = pos + 1
+    j = j + 2
+  end
+end
+local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
+local function sp(sc, f, v)
+  sc.s[f] = type(v) == 'number' and fmt(v) or v
+  sc.dirty[f] = true
+  sc.gone[f] = nil
+end
+local function sdel(sc, f) sc.s[f] = nil; sc.dirty[f] = nil; sc.gone[f] = true end
+local function place_of(id) return NAME .. '#' .. id end
+local function sc_nb(sc)
+  local nb = sg(sc, 'nb')
+  if nb > now + MAXD then nb = now + MAXD end
+  return nb
+end
+local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~= 0 end
+
+-- Places of dead holders (liveness or lease lapsed) go, as reap() does
+-- for a key's own holders; a probe's place gone lets the next probe go.
+for _, sc in ipairs(SC) do
+  for f, v in pairs(sc.s) do
+    if string.sub(f, 1, 2) == 'h:' then
+      local w = words(v)
+      if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
+        sdel(sc, f)
+        sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
+        if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
+        sc.wake = true
+      end
+    end
+  end
+end
+
+-- Does a scope hold the key (scope.c throttle__scope_gate_locked)?
+-- Returns 0 open, 1 held (and when time alone may open it, or nil), or 2:
+-- a scope's episode wants one probe, and the next grant beneath is it.
+local scope_held = false -- the last grant() stopped at a scope or a pool
+local function scope_gate()
+  local verdict = 0
+  for _, sc in ipairs(SC) do
+    if sg(sc, 'paused') == 1 then return 1, nil end
+    local nb = sc_nb(sc)
+    if nb > now then return 1, nb end
+    if sg(sc, 'episode') == 1 then
+      local pr = sc.s['probe'] or '0'
+      local pv = pr ~= '0' and sc.s['h:' .. pr]
+      if pv then
+        -- a cold scope's first request holds the keys at most COLD_HOLD
+        -- after its grant; then they go, its episode kept
+        if sg(sc, 'answered') == 1 then return 1, nil end
+        local hold_end = (tonumber(words(pv)[4]) or 0) + COLD_HOLD
+        if hold_end > now then return 1, hold_end end
+      else
+        if pr ~= '0' then sp(sc, 'probe', '0') end
+        verdict = 2
+      end
+    end
+  end
+  return verdict, nil
+end
+
+-- The latest not-before of the scopes (0: none).
+local function scope_nb()
+  local m = 0
+  for _, sc in ipairs(SC) do
+    local nb = sc_nb(sc)
+    if nb > m then m = nb end
+  end
+  return m
+end
+
+local function sc_places(sc)
+  local n, bf = 0, 0
+  for f, v in pairs(sc.s) do
+    if string.sub(f, 1, 2) == 'h:' then
+      n = n + 1
+      if words(v)[1] == '1' then bf = bf + 1 end
+    end
+  end
+  return n, bf
+end
+
+local function sc_beneath(sc)
+  if not sc.bl then
+    sc.bl = {}
+    local a = redis.call('HGETALL', sc.b)
+    for i = 1, #a, 2 do sc.bl[#sc.bl + 1] = {a[i], words(a[i + 1])} end
+  end
+  return sc.bl
+end
+
+-- An eligible waiter of another key beneath sc that goes before (cls,
+-- id): live before backfill, then the older arrival.
+local function someone_ahead(sc, cls, id)
+  local me = tonumber(id)
+  for _, e in ipairs(sc_beneath(sc)) do
+    local w = e[2]
+    if w[1] ~= 'w' and w[4] == '1' and (tonumber(w[3]) or 0) >= now and
+       string.sub(e[1], 1, #QP) ~= QP and
+       (w[1] < cls or (w[1] == cls and (tonumber(w[2]) or 0) < me)) then
+      return true
+    end
+  end
+  return false
+end
+
+-- May a waiter (class cls, arrival id) take a place in every pool above
+-- the key now (scope.c throttle__scope_pool_allows_locked)?  false and,
+-- when a rate is what holds it, when time alone may allow it.
+local function pool_allows(cls, id)
+  for _, sc in ipairs(SC) do
+    if is_pool(sc) then
+      local rn = sg(sc, 'rate_n')
+      if rn > 0 then
+        local T = math.floor(sg(sc, 'rate_period') / rn)
+        local tat = sg(sc, 'rate_tat')
+        if tat - T * (rn - 1) > now then return false, tat - T * (rn - 1) end
+      end
+      local cap = sg(sc, 'fixed_cap')
+      if cap > SLOTS then cap = SLOTS end
+      if cap > 0 then
+        local n, bf = sc_places(sc)
+        if n >= cap then return false end
+        if cls == '1' then
+          local share = 1000
+          if sg(sc, 'share_set') == 1 then share = math.min(sg(sc, 'share'), 1000) end
+          local bf_cap = 0
+          if share > 0 then bf_cap = math.max(1, math.floor(cap * share / 1000)) end
+          if bf >= bf_cap then return false end
+        end
+      end
+      if someone_ahead(sc, cls, id) then return false end
+    end
+  end
+  return true
+end
+
+-- id was just granted with holder value v: it takes its place in every
+-- capped pool above and, when probe, becomes the probe of every scope in
+-- an episode (scope.c throttle__scope_take_locked).  A pool with places
+-- left wakes its other waiters: the next may go too.
+local function scope_take(id, v, probe)
+  local pl = place_of(id)
+  for _, sc in ipairs(SC) do
+    local probes = probe and sg(sc, 'episode') == 1 and (sc.s['probe'] or '0') == '0'
+    if probes or is_pool(sc) then
+      local rn = sg(sc, 'rate_n')
+      if rn > 0 then
+        local T = math.floor(sg(sc, 'rate_period') / rn)
+        local tat = sg(sc, 'rate_tat')
+        if tat < now then tat = now end
+        sp(sc, 'rate_tat', tat + T)
+        sc.wake = true -- the next may go when the rate allows
+      end
+      local cap = sg(sc, 'fixed_cap')
+      if probes or cap ~= 0 then
+        local w = words(v)
+        if probes then w[2] = '1' else w[2] = '0' end
+        sp(sc, 'h:' .. pl, table.concat(w, ' '))
+        if probes then
+          sp(sc, 'probe', pl)
+          sp(sc, 'probes', sg(sc, 'probes') + 1)
+        end
+        if cap ~= 0 and sc_places(sc) < cap then sc.wake = true end
+      end
+    end
+  end
+end
+
+-- The report of admission id (outcome; pub_at: the length of the name
+-- its back-off went to): its places go, the probe's answer ends the
+-- scope's episode unless the scope itself was refused, and the keys
+-- beneath look again (scope.c throttle__scope_report_locked).
+local function scope_leave(id, outcome, pub_at)
+  local pl = place_of(id)
+  local answer = outcome >= 0 and outcome <= 4
+  for _, sc in ipairs(SC) do
+    -- any answer from beneath marks an existing scope answered for good
+    if answer and next(sc.s) and sg(sc, 'answered') == 0 then sp(sc, 'answered', 1) end
+    if sc.s['h:' .. pl] then
+      sdel(sc, 'h:' .. pl)
+      sc.wake = true
+    end
+    if sc.s['probe'] == pl then
+      sp(sc, 'probe', '0')
+      local here = outcome >= 1 and outcome <= 3 and pub_at == #sc.name
+      if answer and not here and sc_nb(sc) <= now then sp(sc, 'episode', 0) end
+      sc.wake = true
+    end
+  end
+end
+
+-- A back-off published on the scope of length pub_at: true, or false
+-- when there is no such scope here (the caller publishes on the key).
+local function scope_publish(ms, pid, pub_at)
+  for _, sc in ipairs(SC) do
+    if #sc.name == pub_at then
+      if ms > MAXD then ms = MAXD end
+      if now + ms > sc_nb(sc) then sp(sc, 'nb', now + ms) end
+      sp(sc, 'episode', 1)
+      sp(sc, 'publishes', sg(sc, 'publishes') + 1)
+      sp(sc, 'last_delay', ms)
+      sp(sc, 'last_pid', pid)
+      return true
+    end
+  end
+  return false
+end
+
+-- The cold-scope rule (scope.c throttle__scope_enter_locked): a scope a
+-- 429 or a 503 of this caller would be published on (l429, l503: the
+-- lengths of those names) that no answer has come back to yet opens an
+-- episode with no not-before, so that ONE first admission beneath goes as
+-- its probe and the others follow its answer.
+local function scope_cold(l429, l503)
+  for _, sc in ipairs(SC) do
+    if (#sc.name == l429 or #sc.name == l503) and sg(sc, 'answered') == 0 and
+       sg(sc, 'episode') == 0 then
+      sp(sc, 'episode', 1)
+    end
+  end
+end
+
+-- Waiters and watchers of this key in the beneath hash of every scope:
+-- registered (or refreshed, keeping the cancel generation of their
+-- arrival), marked, dropped, or canceled by a scope since they came.
+local function beneath_add(id, cls, live_until, elig)
+  for _, sc in ipairs(SC) do
+    local f = QP .. id
+    local old = redis.call('HGET', sc.b, f)
+    local cg = old and words(old)[5] or fmt(sg(sc, 'cancel_gen'))
+    redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until), elig, cg}, ' '))
+    sc.touch_b = true
+  end
+end
+local function beneath_del(id)
+  for _, sc in ipairs(SC) do redis.call('HDEL', sc.b, QP .. id) end
+end
+local function beneath_elig(id, elig)
+  for _, sc in ipairs(SC) do
+    local old = redis.call('HGET', sc.b, QP .. id)
+    if old then
+      local w = words(old)
+      if w[4] ~= elig then
+        w[4] = elig
+        redis.call('HSET', sc.b, QP .. id, table.concat(w, ' '))
+      end
+    end
+  end
+end
+local function scope_canceled(id)
+  for _, sc in ipairs(SC) do
+    local e = redis.call('HGET', sc.b, QP .. id)
+    if e and (tonumber(words(e)[5]) or 0) < sg(sc, 'cancel_gen') then return true end
+  end
+  return false
+end
+
+-- Push every list of a beneath hash (dropping entries whose owner is gone).
+local function wake_list(b)
+  local a = redis.call('HGETALL', b)
+  for i = 1, #a, 2 do
+    if (tonumber(words(a[i + 1])[3]) or 0) < now then
+      redis.call('HDEL', b, a[i])
+    else
+      redis.call('RPUSH', a[i], 'w')
+      redis.call('PEXPIRE', a[i], 60000)
+    end
+  end
+end
+-- This key as a scope: its resume, cancel, clear, back-off or setting
+-- reaches the keys beneath.
+local function wake_beneath() wake_list(KB) end
+
+-- Store the scopes that changed (called by store()); each gets the idle
+-- TTL past its not-before and its places' leases, as a key does.
+local function scope_store()
+  for _, sc in ipairs(SC) do
+    if next(sc.dirty) or next(sc.gone) then
+      sp(sc, 'key', sc.name)
+      sp(sc, 'last_use', now)
+      local last = now
+      if sg(sc, 'nb') > last then last = sg(sc, 'nb') end
+      for f, v in pairs(sc.s) do
+        if string.sub(f, 1, 2) == 'h:' then
+          local lu = tonumber(words(v)[6]) or 0
+          if lu > last then last = lu end
+        end
+      end
+      sp(sc, 'exp', now + TTL + (last - now))
+      local args = {}
+      for f, _ in pairs(sc.dirty) do args[#args + 1] = f; args[#args + 1] = sc.s[f] end
+      redis.call('HSET', sc.k, unpack(args))
+      local dels = {}
+      for f, _ in pairs(sc.gone) do dels[#dels + 1] = f end
+      if #dels > 0 then redis.call('HDEL', sc.k, unpack(dels)) end
+      redis.call('PEXPIRE', sc.k, TTL + (last - now))
+      sc.touch_b = true
+    end
+    if sc.touch_b then redis.call('PEXPIRE', sc.b, TTL) end
+    if sc.wake then wake_list(sc.b) end
+  end
+end
+
 -- A caller that arrives at an empty queue is tried before it is
 -- registered (no waiter records to write and delete when it is admitted
 -- at once): {id, words} or nil.
@@ -146,10 +481,13 @@ end
 -- time alone could open it (nil if none).  Granted waiters other than
 -- `self` are woken through their own lists.
 local function grant(self)
+  scope_held = false
   if g('paused') == 1 then return nil end
   local nb = clamp_nb()
   if nb > now then return nb end
   if not pending and redis.call('ZCARD', W) == 0 then return nil end
+  local sv, snext = scope_gate()
+  if sv == 1 then scope_held = true; return snext end
   local probe = s['probe'] or '0'
   if probe ~= '0' and not hget(probe) then
     p('probe', '0'); probe = '0'
@@ -171,6 +509,12 @@ local function grant(self)
     local id, w = oldest('0')
     if id == nil and bf < bf_cap then id, w = oldest('1') end
     if id == nil then return nil end
+    local pok, pnext = pool_allows(w[1], id)
+    if not pok then
+      scope_held = true
+      beneath_elig(id, '1')
+      return pnext
+    end
     local rn = g('rate_n')
     if rn > 0 then
       local T = math.floor(g('rate_period') / rn)
@@ -195,8 +539,13 @@ local function grant(self)
     else
       redis.call('HDEL', WI, id)
       redis.call('ZREM', W, id)
+      beneath_del(id)
     end
     if id ~= self then push(id) end
+    if #SC > 0 then
+      scope_take(id, s['h:' .. id], sv == 2)
+      if sv == 2 then return nil end -- the scope's probe is out: one only
+    end
   end
   return nil
 end
@@ -240,6 +589,7 @@ local function store()
     s['exp'] = fmt(now + ttl)
   end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
+  scope_store()
 end
 
 -- The learned cap (gate_learn.c: the rules, and why; docs/LEARNED-CAP.md:
@@ -309,7 +659,12 @@ end
 -- wins, as the segment seeds from the sibling that learned last), and a
 -- key whose hash does not exist yet copies it.  The parent's own fields
 -- are left alone, and its expiry only ever moves later.
-local PK = KEYS[5]
+-- The parent scope's state hash: the last scope passed (root first), if
+-- it is the key's parent; nil for a key without one.
+local PK = nil
+if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
+  PK = SC[#SC].k
+end
 
 local function seed_record(L)
   if PK == nil or PK == K then return end

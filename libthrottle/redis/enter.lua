@@ -1,5 +1,6 @@
 -- enter: ARGV 5.. wid (0 = arrive now), class, lease ms, liveness ms, host,
--- pid, nowait (1/0), ms left before the caller's deadline (-1 = none).
+-- pid, nowait (1/0), ms left before the caller's deadline (-1 = none), the
+-- lengths of the names a 429 and a 503 go to (the cold-scope rule).
 -- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
 -- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
 -- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
@@ -8,6 +9,7 @@ local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
 local fresh = wid == '0'
+scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
   wid = fence()
@@ -33,9 +35,10 @@ else
     end
     return {3, wid, 0, 0}
   end
-  if words(v)[7] == 'c' then
+  if words(v)[7] == 'c' or scope_canceled(wid) then
     redis.call('HDEL', WI, wid)
     redis.call('ZREM', W, wid)
+    beneath_del(wid)
     inc('canceled')
     store()
     return {2, wid, 0, 0}
@@ -47,16 +50,18 @@ if hget(wid) then
   store()
   return {0, wid, s['probe'] == wid and 1 or 0, 0}
 end
-local nb = clamp_nb()
+local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
 if nxt then hint = nxt - now end
 if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   redis.call('HDEL', WI, wid)
   redis.call('ZREM', W, wid)
+  beneath_del(wid)
   grant(nil)
   store()
   if nb > now then hint = nb - now else hint = 0 end
   return {4, wid, 0, hint}
 end
+beneath_add(wid, cls, now + live, scope_held and '1' or '0')
 store()
 return {1, wid, 0, hint}

@@ -1,10 +1,15 @@
 -- leave: ARGV 5.. fence, outcome (throttle_outcome_t), retry-after ms
--- (0 = the default), pid, and 'pub' for a plain throttle_backoff() (the
--- delay as given, no outcome counted).  Returns {1} when the fence no longer held a
--- slot (lapsed or reclaimed): its report then only pushes the not-before
--- later; it frees nothing and ends no probe's episode.  {0} otherwise.
+-- (0 = the default), pid, 'pub' for a plain throttle_backoff() (the
+-- delay as given, no outcome counted), 'heal' for what a host's segment
+-- knew (backend.h) or '', and the length of the name the back-off goes
+-- to (the key's, or one of its scopes'; none: the key).  Returns {1} when
+-- the fence no longer held a slot (lapsed or reclaimed): its report then
+-- only pushes the not-before later; it frees nothing and ends no probe's
+-- episode.  {0} otherwise.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local plain = ARGV[9] == 'pub'
+local heal = ARGV[9] == 'heal'
+local plain = ARGV[9] == 'pub' or heal
+local pub_at = tonumber(ARGV[10] or '') or #NAME
 local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
@@ -29,8 +34,16 @@ if outcome == 1 and not plain then inc('locked') end
 if outcome == 4 then inc('permanent') end
 if publish_it then
   if ms == 0 and not plain then ms = DEFAULT_DELAY end
-  publish(ms, pid)
+  if heal then
+    -- what another host's segment knew: only a not-before Redis lost
+    -- (later than its own by more than a round trip), counted nowhere
+    if ms > MAXD then ms = MAXD end
+    if now + ms > clamp_nb() + 1000 then p('nb', now + ms); p('episode', 1) end
+  elseif pub_at >= #NAME or not scope_publish(ms, pid, pub_at) then
+    publish(ms, pid)
+  end
 end
+if plain and not heal then wake_beneath() elseif #SC > 0 then scope_leave(id, outcome, pub_at) end
 if redis.call('ZCARD', W) > 0 then
   reap()
   grant(nil)

@@ -3,7 +3,7 @@
 -- 2 probe of a lock episode out, 0 neither), watcher id}.  A watcher is
 -- woken through its list by a clear, a resume or the probe's answer.
 local wid, live = ARGV[5], tonumber(ARGV[6])
-local nb = clamp_nb()
+local nb = math.max(clamp_nb(), scope_nb())
 local left = 0
 if nb > now then left = nb - now end
 local held = 0
@@ -13,12 +13,21 @@ elseif g('episode') == 1 and (s['probe'] or '0') ~= '0' then
   reap()
   if (s['probe'] or '0') ~= '0' then held = 2 end
 end
+if held == 0 and left == 0 then
+  -- a scope's pause, or its probe out (scope.c throttle__scope_gate_locked)
+  local sv = scope_gate()
+  if sv == 1 then
+    held = 2
+    for _, sc in ipairs(SC) do if sg(sc, 'paused') == 1 then held = 1 end end
+  end
+end
 if wid ~= '-' then
   if left == 0 and held == 0 then
-    if wid ~= '0' then redis.call('ZREM', X, wid) end
+    if wid ~= '0' then redis.call('ZREM', X, wid); beneath_del(wid) end
   else
     if wid == '0' then wid = fence() end
     redis.call('ZADD', X, fmt(now + live), wid)
+    beneath_add(wid, 'w', now + live, '0')
     touched[X] = true
   end
 end

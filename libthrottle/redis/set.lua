@@ -44,5 +44,6 @@ end
 reap()
 grant(nil)
 wake_all()
+wake_beneath()
 store()
 return 0

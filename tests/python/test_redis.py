@@ -8,7 +8,7 @@ open a segment of their own, as on two hosts: only Redis joins them.
 
   - a back-off published by either holds the other;
   - a 429 reported from Python holds the C process on every table of the
-    workspace (expected to fail while the backend carries no scopes);
+    workspace (published on the workspace's record in Redis);
   - a cap of 1 set from Python is never exceeded by Python and C holders
     together, who go in arrival order.
 
@@ -125,10 +125,6 @@ def test_redis_c_backoff_holds_a_python_process(hosts):
         assert t.remaining(KEY) == 0.0  # the clear crosses too
 
 
-@pytest.mark.xfail(strict=True, reason="the Redis backend carries no scopes "
-                   "yet: a 429 is published on the key, and a scope's "
-                   "back-off, pause and pool cap do not reach the keys "
-                   "beneath")
 def test_redis_scope_429_from_python_holds_c_on_every_table(hosts):
     py, c = hosts
     with libthrottle.Throttle() as t:
