@@ -430,18 +430,12 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
   return 0;
 }
 
-THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
-  size_t len;
-  if (h == NULL)
-    return THROTTLE_EINVAL;
-  if (h->ro_src != NULL)
-    return throttle__readonly_fail(h, "clear a back-off");
-  int rc = throttle__check_key(h, key, &len);
-  if (rc != 0)
-    return rc;
-  THROTTLE__BE_TRY_NONNULL(h, throttle__be_clear(h, key));
+/* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
+ * record there. */
+static int segment_clear(throttle_t *h, const char *key, size_t len) {
   uint64_t hash = throttle__hash(h->seed, key, len);
-  if ((rc = throttle__lock(h)) != 0)
+  int rc = throttle__lock(h);
+  if (rc != 0)
     return rc;
   struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
   if (r != NULL) {
@@ -454,8 +448,41 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
     throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
   throttle__unlock(h);
-  if (r == NULL)
+  return r != NULL ? 0 : THROTTLE_ENOKEY;
+}
+
+THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
+  size_t len;
+  if (h == NULL)
+    return THROTTLE_EINVAL;
+  if (h->ro_src != NULL)
+    return throttle__readonly_fail(h, "clear a back-off");
+  int rc = throttle__check_key(h, key, &len);
+  if (rc != 0)
+    return rc;
+  if (h->be != NULL) {
+    /* Cleared across hosts, and this host's own copy too: it is kept to
+     * heal a backend that lost its state, so left alone it would publish
+     * the cleared back-off again at this host's next call.  A key only
+     * this host's segment knows (told while the backend was away) is
+     * cleared there. */
+    int brc = throttle__be_clear(h, key);
+    if (brc == 0 || brc == THROTTLE_ENOKEY) {
+      rc = segment_clear(h, key, len);
+      if (brc == 0 || rc == 0) {
+        throttle__clear_msg(h);
+        return 0;
+      }
+      return brc;
+    }
+    if (brc != THROTTLE__BE_DOWN)
+      return brc;
+  }
+  rc = segment_clear(h, key, len);
+  if (rc == THROTTLE_ENOKEY)
     return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
+  if (rc != 0)
+    return rc;
   throttle__clear_msg(h);
   return 0;
 }
@@ -465,7 +492,12 @@ THROTTLE_EXTERN int throttle_reset(throttle_t *h) {
     return THROTTLE_EINVAL;
   if (h->ro_src != NULL)
     return throttle__readonly_fail(h, "reset the back-offs");
-  THROTTLE__BE_TRY(h, throttle__be_clear(h, NULL));
+  if (h->be != NULL) {
+    /* this host's copies go too (see throttle_clear) */
+    int brc = throttle__be_clear(h, NULL);
+    if (brc != 0 && brc != THROTTLE__BE_DOWN)
+      return brc;
+  }
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;

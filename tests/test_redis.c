@@ -613,6 +613,29 @@ static void test_redis_host_returns_once_its_segment_is_empty(void **state) {
   throttle_close(b);
 }
 
+/* A clear across hosts clears the copy the publishing host keeps for
+ * healing too: its next call must not publish the back-off again. */
+static void test_redis_clear_takes_the_host_copy_too(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  for (int reset = 0; reset < 2; reset++) {
+    assert_int_equal(throttle_backoff(a, "k", TH_LONG_MS), 0);
+    assert_true(th_remaining(b, "k") > 0);
+    assert_int_equal(reset ? throttle_reset(a) : throttle_clear(a, "k"), 0);
+    throttle_ticket_t *t = NULL;
+    uint64_t wait_ms = 0;
+    assert_int_equal(
+        throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, &wait_ms), 0);
+    assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+    assert_int_equal(th_remaining(b, "k"), 0);
+    assert_int_equal(th_remaining(a, "k"), 0);
+  }
+  /* a key only this host's segment knows is cleared there */
+  assert_int_equal(throttle_clear(a, "never-published"), THROTTLE_ENOKEY);
+  throttle_close(b);
+}
+
 static void test_redis_stalled_server_blocks_no_call(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -676,6 +699,8 @@ int main(int argc, char **argv) {
           test_redis_restart_healed_from_host_segment, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_host_returns_once_its_segment_is_empty, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_clear_takes_the_host_copy_too,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };
