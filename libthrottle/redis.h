@@ -152,6 +152,7 @@ struct rds {
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;
+  struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 
 /* redis_conn.c */

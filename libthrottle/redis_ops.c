@@ -44,6 +44,51 @@ static uint64_t env_ms(const char *var, uint64_t def, uint64_t lo,
   return n;
 }
 
+/* fork().  A thread of the parent may hold a handle's mutex when another
+ * forks (a pool call, the heartbeat); the child's copy would stay locked
+ * with nobody to unlock it, and the child's first call on the handle, or
+ * its close, would hang.  So every open handle is listed, and fork takes
+ * each handle's mutex first (in the list's order, after the list's own)
+ * and gives them back in the parent and in the child.  The module is
+ * never unloaded (backend.c), so the handlers stay valid. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rds *reg_head;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&reg_mu);
+  for (struct rds *r = reg_head; r != NULL; r = r->reg_next)
+    pthread_mutex_lock(&r->mu);
+}
+
+static void fork_done(void) {
+  for (struct rds *r = reg_head; r != NULL; r = r->reg_next)
+    pthread_mutex_unlock(&r->mu);
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_init(void) {
+  (void)pthread_atfork(fork_prepare, fork_done, fork_done);
+}
+
+static void reg_add(struct rds *r) {
+  pthread_once(&reg_once, reg_init);
+  pthread_mutex_lock(&reg_mu);
+  r->reg_next = reg_head;
+  reg_head = r;
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_remove(struct rds *r) {
+  pthread_mutex_lock(&reg_mu);
+  for (struct rds **p = &reg_head; *p != NULL; p = &(*p)->reg_next)
+    if (*p == r) {
+      *p = r->reg_next;
+      break;
+    }
+  pthread_mutex_unlock(&reg_mu);
+}
+
 static int rds_open(const struct throttle__be_params *p, void **out,
                     char *msg, size_t len) {
   if (p->info_size != sizeof(throttle_info_t)) {
@@ -83,6 +128,7 @@ static int rds_open(const struct throttle__be_params *p, void **out,
   pthread_cond_init(&r->beat_cv, &ca);
   pthread_condattr_destroy(&ca);
   r->pid = getpid();
+  reg_add(r);
   *out = r;
   return 0;
 }
@@ -91,6 +137,7 @@ static void rds_close(void *be) {
   struct rds *r = be;
   if (r == NULL)
     return;
+  reg_remove(r);
   pthread_mutex_lock(&r->mu);
   int running = r->beat_running && r->pid == getpid();
   r->stopping = 1;

@@ -22,6 +22,7 @@
 #include "helpers.h"
 #include "redis_helpers.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -636,6 +637,48 @@ static void test_redis_clear_takes_the_host_copy_too(void **state) {
   throttle_close(b);
 }
 
+struct fork_loop {
+  throttle_t *h;
+  _Atomic int stop;
+};
+
+static void *remaining_loop(void *arg) {
+  struct fork_loop *l = arg;
+  while (!atomic_load(&l->stop)) {
+    uint64_t ms;
+    (void)throttle_remaining(l->h, "f", &ms);
+  }
+  return NULL;
+}
+
+static int use_and_close_inherited(void *arg) {
+  throttle_t *h = arg;
+  uint64_t ms;
+  TH_CHILD_CHECK(throttle_remaining(h, "f", &ms) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* fork() while another thread of the parent is inside a Redis call: the
+ * child's copy of the handle must not stay locked; its calls and its
+ * close go through.  (Each fork has a few per cent of a chance to catch
+ * the other thread holding the handle's mutex; 150 of them make a hang
+ * without the fork handlers all but certain.) */
+static void test_redis_fork_while_another_thread_calls(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_backoff(a, "f", TH_LONG_MS), 0);
+  struct fork_loop l = {a, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, remaining_loop, &l), 0);
+  for (int i = 0; i < 150; i++) {
+    pid_t kid = th_spawn(fx, use_and_close_inherited, a);
+    th_reap_ok(fx, kid, 5000);
+  }
+  atomic_store(&l.stop, 1);
+  pthread_join(th, NULL);
+}
+
 static void test_redis_stalled_server_blocks_no_call(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -701,6 +744,8 @@ int main(int argc, char **argv) {
           test_redis_host_returns_once_its_segment_is_empty, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_clear_takes_the_host_copy_too,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_fork_while_another_thread_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };
