@@ -145,8 +145,10 @@ static void rds_close(void *be) {
   pthread_mutex_unlock(&r->mu);
   if (running)
     pthread_join(r->beat, NULL);
-  if (r->pid == getpid())
-    rds_pool_free(r);
+  /* In a forked child too: the contexts are this process's memory, and
+   * freeing one closes only this process's copy of the socket (hiredis
+   * sends nothing on close), so the parent's connection is untouched. */
+  rds_pool_free(r);
   while (r->held != NULL) {
     struct rds_ticket *t = r->held;
     r->held = t->next;
