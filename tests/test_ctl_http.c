@@ -932,9 +932,17 @@ static void test_ctl_http_parallel_loads_share_the_gate(void **state) {
     result_free(&r);
   }
   long long refused = stat_of(f, "refused");
-  print_message("8 parallel loads: %lld refused\n", refused);
+  long long early = stat_of(f, "early"), race = stat_of(f, "early_race");
+  print_message("8 parallel loads: %lld refused, %lld early (%lld race)\n",
+                refused, early, race);
   assert_int_equal(stat_of(f, "loads_ok"), N);
-  assert_int_equal(stat_of(f, "early"), 0);
+  /* No request goes before a Retry-After that was published (I1).  The
+   * learned cap's slow start may admit one while a refusal is on its way
+   * back, before the refused process could publish it: the mock counts
+   * that as a race (within 50 ms of the refusal), seen under
+   * AddressSanitizer's slowness; anything else is a wrong wait. */
+  assert_int_equal(early, race);
+  assert_true(early <= 1);
   assert_true(refused <= 3);
 }
 
