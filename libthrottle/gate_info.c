@@ -61,7 +61,7 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
   }
   /* The waiters in arrival order (their tickets): at most 32, sorted by
    * insertion. */
-  uint64_t tickets[THROTTLE__SLOTS];
+  uint64_t tickets[THROTTLE__SLOTS] = {0};
   out->nwaiters = 0;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
     const struct throttle__slot *s = &r->slot[i];
