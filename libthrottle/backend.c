@@ -249,7 +249,7 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);
     (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED, 0,
-                            (uint32_t)strlen(key));
+                            (uint32_t)len);
     *tk = NULL;
     if (nowait) {
       if (wait_ms != NULL)

@@ -7,6 +7,16 @@
  */
 #include "internal.h"
 
+/* A holder or a waiter of this host, as its slot says (probe: the caller's). */
+static void party(struct throttle__party *o, const struct throttle__slot *s,
+                  bool probe, uint64_t now) {
+  o->pid = s->pid;
+  o->host[0] = 0; /* this host's */
+  o->cls = s->cls;
+  o->probe = probe;
+  o->age_ms = s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
+}
+
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out) {
   int64_t *f = out->field;
@@ -51,13 +61,8 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
     const struct throttle__slot *s = &r->slot[i];
     if (s->state != THROTTLE__SLOT_HOLDING)
       continue;
-    uint32_t k = out->nholders++;
-    out->holder[k].pid = s->pid;
-    out->holder[k].host[0] = 0; /* this host's */
-    out->holder[k].cls = s->cls;
-    out->holder[k].probe = r->probe_ticket != 0 && s->ticket == r->probe_ticket;
-    out->holder[k].age_ms =
-        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
+    party(&out->holder[out->nholders++], s,
+          r->probe_ticket != 0 && s->ticket == r->probe_ticket, now);
   }
   /* The waiters in arrival order (their tickets): at most 32, sorted by
    * insertion. */
@@ -74,13 +79,23 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
       k--;
     }
     tickets[k] = s->ticket;
-    out->waiter[k].pid = s->pid;
-    out->waiter[k].host[0] = 0;
-    out->waiter[k].cls = s->cls;
-    out->waiter[k].probe = 0;
-    out->waiter[k].age_ms =
-        s->since_ns < now ? (now - s->since_ns) / THROTTLE__NS_PER_MS : 0;
+    party(&out->waiter[k], s, false, now);
   }
+}
+
+/* Entry i of a snapshot's holders or waiters, as the public calls hand
+ * it out (any out pointer may be NULL). */
+static int read_party(const struct throttle__party *v, uint32_t n, size_t i,
+                      int64_t *pid, int64_t *age_ms, throttle_class_t *cls) {
+  if (i >= n)
+    return THROTTLE_ENOKEY;
+  if (pid)
+    *pid = v[i].pid;
+  if (age_ms)
+    *age_ms = (int64_t)v[i].age_ms;
+  if (cls)
+    *cls = (throttle_class_t)v[i].cls;
+  return 0;
 }
 
 THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
@@ -89,15 +104,7 @@ THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
                                          throttle_class_t *cls) {
   if (info == NULL)
     return THROTTLE_EINVAL;
-  if (i >= info->nwaiters)
-    return THROTTLE_ENOKEY;
-  if (pid)
-    *pid = info->waiter[i].pid;
-  if (age_ms)
-    *age_ms = (int64_t)info->waiter[i].age_ms;
-  if (cls)
-    *cls = (throttle_class_t)info->waiter[i].cls;
-  return 0;
+  return read_party(info->waiter, info->nwaiters, i, pid, age_ms, cls);
 }
 
 THROTTLE_EXTERN const char *
@@ -120,15 +127,8 @@ THROTTLE_EXTERN int throttle_info_holder(const throttle_info_t *info,
                                          throttle_class_t *cls, int *probe) {
   if (info == NULL)
     return THROTTLE_EINVAL;
-  if (i >= info->nholders)
-    return THROTTLE_ENOKEY;
-  if (pid)
-    *pid = info->holder[i].pid;
-  if (age_ms)
-    *age_ms = (int64_t)info->holder[i].age_ms;
-  if (cls)
-    *cls = (throttle_class_t)info->holder[i].cls;
-  if (probe)
+  int rc = read_party(info->holder, info->nholders, i, pid, age_ms, cls);
+  if (rc == 0 && probe)
     *probe = info->holder[i].probe;
-  return 0;
+  return rc;
 }
