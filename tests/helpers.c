@@ -14,6 +14,7 @@
 
 #include "helpers.h"
 #include "internal.h"
+#include "redis_helpers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,16 @@ int th_setup(void **state) {
   }
   *state = fx;
   return 0;
+}
+
+int th_redis_setup(void **state, struct th_redis *r) {
+  if (th_setup(state) != 0)
+    return -1;
+  memset(r, 0, sizeof *r);
+  if (th_redis_start(r) != 0)
+    return -1;
+  struct th_fx *fx = *state;
+  return throttle_config_set_backend(fx->cfg, r->url);
 }
 
 int th_teardown(void **state) {

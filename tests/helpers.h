@@ -34,6 +34,10 @@ struct th_fx {
  * have set. */
 int th_setup(void **state);
 int th_teardown(void **state);
+/* th_setup, then a throw-away redis-server in *r (tests/redis_helpers.h)
+ * that the fixture's configuration names as its backend. */
+struct th_redis;
+int th_redis_setup(void **state, struct th_redis *r);
 
 /* A fresh unique segment name "/tt-<pid>-<n>" (n counts per process). */
 void th_unique_name(char *buf, size_t len);

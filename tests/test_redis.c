@@ -37,15 +37,7 @@
 static struct th_redis R;
 static char module_path[4200];
 
-static int setup(void **state) {
-  if (th_setup(state) != 0)
-    return -1;
-  memset(&R, 0, sizeof R);
-  if (th_redis_start(&R) != 0)
-    return -1;
-  struct th_fx *fx = *state;
-  return throttle_config_set_backend(fx->cfg, R.url);
-}
+static int setup(void **state) { return th_redis_setup(state, &R); }
 
 static int teardown(void **state) {
   int rc = th_teardown(state);

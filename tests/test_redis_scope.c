@@ -33,10 +33,7 @@ static throttle_config_t *host_cfg(struct th_fx *fx, int i) {
 #include "test_scope.c"
 
 static int setup(void **state) {
-  if (th_setup(state) != 0)
-    return -1;
-  memset(&R, 0, sizeof R);
-  if (th_redis_start(&R) != 0)
+  if (th_redis_setup(state, &R) != 0)
     return -1;
   struct th_fx *fx = *state;
   other_cfg = throttle_config_new();
@@ -44,7 +41,7 @@ static int setup(void **state) {
       throttle_config_set_segment(other_cfg, th_extra_name(fx)) != 0 ||
       throttle_config_set_backend(other_cfg, R.url) != 0)
     return -1;
-  return throttle_config_set_backend(fx->cfg, R.url);
+  return 0;
 }
 
 static int teardown(void **state) {
