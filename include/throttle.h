@@ -630,8 +630,8 @@ THROTTLE_EXTERN const char *throttle_info_holder_host(
 /* Waiter i (0-based, in arrival order) of a snapshot: its pid, how long
  * it has waited, its class; and its host (as for holders).  At most the
  * first 32 waiters are listed (the waiting_* fields count them all).
- * Returns 0, or THROTTLE_ENOKEY when i is past the last waiter; the host
- * function NULL. */
+ * Returns 0, THROTTLE_EINVAL for a NULL info, or THROTTLE_ENOKEY when i
+ * is past the last waiter; the host function NULL for either. */
 THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
                                          size_t i, int64_t *pid,
                                          int64_t *age_ms,
