@@ -5,12 +5,13 @@
 set -u
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-# python3-pytest, python3-requests: the Python suite; scdoc: the man pages;
+# python3-pytest, python3-requests: the Python suite (python3-venv: its
+# venv of pinned PyPI packages, tools/venv.sh); scdoc: the man pages;
 # the rest: the operator and install tests (Prometheus parser, a
 # pseudo-terminal, man -l, C++ and CMake consumers, bash completion);
 # libhiredis-dev, redis-server, faketime: the Redis backend and its tests;
 # prometheus: promtool checks the metrics text.
-for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev zlib1g-dev python3 pkg-config curl \
+for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev zlib1g-dev python3 python3-venv pkg-config curl \
          python3-pytest python3-requests \
          scdoc python3-prometheus-client tmux man-db cmake g++ bash-completion \
          libhiredis-dev redis-server faketime prometheus; do
