@@ -320,13 +320,17 @@ $(B)/man/%: docs/man/%.scd | $(B)/man
 
 # ---- Python ------------------------------------------------------------
 # python/libthrottle (ctypes, standard library only) is installed for each
-# interpreter in PYTHONS that exists: into its package directory under
-# PREFIX/lib when it searches one (Debian's /usr/bin/python3), else into
-# its own site-packages (python/sitedir.py says which).  _installed.py
-# records LIBDIR, so `import libthrottle` finds the installed libraries
-# with no environment.  tests/test_python.sh runs the suite in make check.
+# interpreter in PYTHONS that exists, always inside PREFIX (and DESTDIR):
+# into its package directory under PREFIX/lib when it searches one
+# (Debian's /usr/bin/python3), else PREFIX/lib/python3.X/site-packages
+# (python/sitedir.py says which).  _installed.py records LIBDIR, so
+# `import libthrottle` finds the installed libraries with no environment;
+# a .dist-info gives importlib.metadata the version.  pip users build
+# the package with the C core inside instead (pyproject.toml, setup.py).
+# tests/test_python.sh runs the suite in make check.
 PYTHONS ?= python3 /usr/bin/python3
-PY_PKG  := $(wildcard python/libthrottle/*.py)
+PY_PKG  := $(wildcard python/libthrottle/*.py) python/libthrottle/py.typed
+PY_DIST := libthrottle-$(VERSION).dist-info
 
 .PHONY: install-python uninstall-python
 install: install-python
@@ -339,6 +343,10 @@ install-python: all
 	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
 	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
 	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
+	  install -d "$(DESTDIR)$$dir/$(PY_DIST)" || exit 1; \
+	  printf 'Metadata-Version: 2.1\nName: libthrottle\nVersion: %s\n' \
+	    "$(VERSION)" > "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" || exit 1; \
+	  echo make > "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER" || exit 1; \
 	done
 
 # The same directories; only the package's own files (and the bytecode
@@ -347,12 +355,14 @@ uninstall: uninstall-python
 uninstall-python:
 	@for py in $(PYTHONS); do \
 	  command -v $$py >/dev/null 2>&1 || continue; \
-	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)" 2>/dev/null) && [ -n "$$dir" ] || exit 1; \
 	  d="$(DESTDIR)$$dir/libthrottle"; \
 	  [ -d "$$d" ] || continue; \
 	  echo "uninstall python package for $$py: $$d"; \
 	  for f in $(notdir $(PY_PKG)) _installed.py; do rm -f "$$d/$$f"; done; \
 	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
+	  rm -f "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER"; \
+	  rmdir "$(DESTDIR)$$dir/$(PY_DIST)" 2>/dev/null || true; \
 	done
 
 clean:

@@ -24,13 +24,19 @@ _http (the retry loop, request), requests (an adapter for requests).
 """
 
 from ._errors import Error, GaveUp, PermanentError, RequestError
+from ._errors import (  # written out, so that type checkers see them
+    EINVAL, ENOMEM, EKEY, ESHM, ENOSPC, EMAGIC, EVERSION, EFINGERPRINT, ESIZE,
+    EOWNER, EMODE, EINITTIMEOUT, ELOCKTIMEOUT, ECORRUPT, EFULL, ENOKEY,
+    ETIMEDOUT, EWOULDBLOCK, ECANCELED, ESYS, ESYMLINK, EINTR, ESTALE,
+    EREADONLY, EBACKEND, ThrottleClosed, BodyNotReplayable)
 from ._answers import Outcome, classify, parse_retry_after
 from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
 from ._admission import Admission, StaleAdmissionWarning
 from ._throttle import FallbackWarning, Throttle
 from ._http import TransportError, default_throttle, request, run
 
-# One module attribute per C error code: libthrottle.EFULL, ...
+# One module attribute per C error code: libthrottle.EFULL, ... (the
+# written ones above, and any a newer library added)
 globals().update({cls.__name__: cls for cls in ERRORS.values()})
 
 __version__ = _text(_core.throttle_version_string())
@@ -60,4 +66,5 @@ __all__ = ["Throttle", "Admission", "Outcome", "Error", "PermanentError",
            "TransportError",
            "classify", "parse_retry_after", "request", "run",
            "default_throttle", "unlink", "version", "ERRORS",
-           "HAVE_INTERRUPT"] + [cls.__name__ for cls in ERRORS.values()]
+           "HAVE_INTERRUPT", "ThrottleClosed", "BodyNotReplayable"] + [
+               cls.__name__ for cls in ERRORS.values()]

@@ -15,11 +15,12 @@ import ctypes
 import os
 import threading
 import warnings
+from typing import Any, Optional, Sequence
 
-from ._answers import Outcome, outcome_of
-from ._base import OUTCOMES, _EINTR, _ESTALE, _core, _invalid, _ms, \
-    _number, _text, error
-from ._errors import Error
+from ._answers import Classifier, Outcome, outcome_of
+from ._base import OUTCOMES, _EINTR, _ESTALE, Seconds, _core, _invalid, \
+    _ms, _number, _text, error
+from ._errors import Error, ThrottleClosed
 
 
 class StaleAdmissionWarning(RuntimeWarning):
@@ -34,31 +35,37 @@ class Admission:
     "abandoned" when nothing was reported.  .probe is True for the probe
     of a lock episode.  Belongs to the process that made it."""
 
-    def __init__(self, owner, handle, ticket, key):
+    def __init__(self, owner: Any, handle: Any, ticket: int,
+                 key: Any) -> None:
         self._owner = owner
         self._handle = handle  # kept alive with its ticket
         self._ticket = ticket
         self._pid = os.getpid()
         self.key = key
-        self.probe = bool(_core.throttle_ticket_is_probe(ticket))
-        self.outcome = None
+        self.probe: bool = bool(_core.throttle_ticket_is_probe(ticket))
+        self.outcome: Optional[Outcome] = None
         owner._busy_add()
 
     @property
-    def held(self):
+    def held(self) -> bool:
         return self._ticket is not None
 
-    def report(self, status, headers=None, body=b"", locked_codes=None):
+    def report(self, status: int, headers: Any = None, body: Any = b"",
+               locked_codes: Optional[Sequence[str]] = None,
+               classifier: Optional[Classifier] = None) -> Outcome:
         """Classify the answer (the C library's rules), publish what it
         asks for (lock, 429, 503: its Retry-After for every process) and
-        give the slot back.  Returns the Outcome."""
+        give the slot back.  Returns the Outcome.  classifier: a callable
+        (status, headers, body) -> an outcome kind, an Outcome, or None
+        for the default reading (see libthrottle.classify_response)."""
         self._check()
-        out = outcome_of(status, headers, body, locked_codes)
+        out = outcome_of(status, headers, body, locked_codes, classifier)
         self._leave(out.kind, out.retry_after)
         self.outcome = out
         return out
 
-    def leave(self, kind="ok", retry_after=None):
+    def leave(self, kind: str = "ok",
+              retry_after: Optional[Seconds] = None) -> Outcome:
         """Give the slot back with an outcome by name (OUTCOMES) and, for
         "locked", "rate_limited" and "unavailable", the seconds to publish
         (None: the library's default)."""
@@ -68,7 +75,9 @@ class Admission:
         self.outcome = Outcome(kind, retry_after)
         return self.outcome
 
-    def requeue(self, kind="transient", retry_after=None, timeout=None):
+    def requeue(self, kind: str = "transient",
+                retry_after: Optional[Seconds] = None,
+                timeout: Optional[Seconds] = None) -> "Admission":
         """Report a transient outcome as leave() does (a back-off is
         published, the probe answered), then wait to send again in this
         admission's original place in the queue, ahead of everyone who
@@ -117,7 +126,7 @@ class Admission:
             self.probe = bool(_core.throttle_ticket_is_probe(self._ticket))
             return self
         if rc == _EINTR and owner._closed:
-            raise _invalid("the Throttle was closed during the call")
+            raise ThrottleClosed("the Throttle was closed during the call")
         raise error(rc, msg)
 
     def _check(self):
@@ -145,10 +154,10 @@ class Admission:
         finally:
             self._owner._done()
 
-    def __enter__(self):
+    def __enter__(self) -> "Admission":
         return self
 
-    def __exit__(self, et, ev, tb):
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
         if self._ticket is not None and self._pid == os.getpid():
             kind = "transient" if isinstance(ev, Exception) else "abandoned"
             try:

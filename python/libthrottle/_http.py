@@ -36,11 +36,14 @@ import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from typing import (Any, Callable, Dict, Optional, Sequence, Tuple, Union,
+                    cast)
 
 from ._errors import Error, GaveUp, PermanentError
-from ._answers import Outcome, outcome_of
-from ._base import SLICE_MS, _BY_NAME, _klass, _number
+from ._answers import Classifier, Outcome, outcome_of
+from ._base import SLICE_MS, _BY_NAME, Key, Seconds, _klass, _number
 from ._throttle import Throttle
 
 LOCAL_BASE_S = 0.2
@@ -58,7 +61,7 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def default_throttle():
+def default_throttle() -> Throttle:
     """The process's shared Throttle (defaults + environment), opened on
     first use; request() uses it unless given another."""
     global _default
@@ -74,7 +77,7 @@ class TransportError(Exception):
     catches it."""
 
 
-def sleep(seconds, deadline=None):
+def sleep(seconds: float, deadline: Optional[float] = None) -> None:
     """Sleep in slices of at most 100 ms, so Ctrl-C and signal handlers
     run promptly whatever the platform's sleep does."""
     end = time.monotonic() + seconds
@@ -87,14 +90,23 @@ def sleep(seconds, deadline=None):
         time.sleep(min(left, SLICE_MS / 1000.0))
 
 
-def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
-        locked_codes=None, give_up=True):
+# send(seconds left or None) -> (status, headers, body)
+Sender = Callable[[Optional[float]], Tuple[int, Any, bytes]]
+
+
+def run(key: Key, send: Sender, throttle: Optional[Throttle] = None,
+        retries: int = 10, timeout: Optional[Seconds] = 300,
+        klass: str = "live", locked_codes: Optional[Sequence[str]] = None,
+        give_up: bool = True, classifier: Optional[Classifier] = None
+        ) -> Tuple[Any, Any, bytes, Outcome, int]:
     """The loop.  send(seconds_left or None) returns (status, headers,
     body) or raises TransportError.  Returns (status, headers, body,
     outcome, attempts) for a 2xx answer; raises PermanentError and GaveUp
     (unless give_up is False and something was sent: the last answer is
     then returned too, with its outcome) and Error for a bad key or
-    class."""
+    class.  classifier: see Admission.report().  send is called once per
+    attempt: a sender that sends a body must send the same bytes each
+    time (libthrottle.replayable_body() makes them so)."""
     t = throttle if throttle is not None else default_throttle()
     if not isinstance(t, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
@@ -104,9 +116,9 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
     if retries < 0:
         raise ValueError("retries must be >= 0")
     if timeout is not None:
-        _number(timeout, "timeout")
+        timeout = _number(timeout, "timeout")
     start = time.monotonic()
-    deadline = None if timeout is None else start + float(timeout)
+    deadline = None if timeout is None else start + timeout
     attempts = local_fails = 0
     gate = True
     answer = (None, None, b"")
@@ -140,9 +152,11 @@ def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
                 answer = (None, None, str(e.__cause__ or e).encode())
             else:
                 status, headers, body = answer
-                out = (adm.report(status, headers, body, locked_codes)
+                out = (adm.report(status, headers, body, locked_codes,
+                                  classifier)
                        if adm is not None else
-                       outcome_of(status, headers, body, locked_codes))
+                       outcome_of(status, headers, body, locked_codes,
+                                  classifier))
         if out.kind == "ok":
             return answer + (out, attempts)
         if out.kind == "permanent":
@@ -218,8 +232,29 @@ def _urllib_sender(url, method, data, headers):
     return send
 
 
-def request(key, url, method="POST", data=None, headers=None, retries=10,
-            timeout=300, klass="live", throttle=None, locked_codes=None):
+def check_url(url: str) -> None:
+    """ValueError unless url is an absolute http(s) URL with a host (and a
+    valid port): a malformed URL is the caller's mistake, never a
+    transport error to retry."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError when out of range
+    except ValueError as e:
+        raise ValueError("malformed URL %r: %s" % (url, e)) from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError("malformed URL %r: not http:// or https://" % (url,))
+    if not parts.hostname:
+        raise ValueError("malformed URL %r: no host" % (url,))
+
+
+def request(key: Key, url: str, method: str = "POST",
+            data: Union[bytes, bytearray, str, None] = None,
+            headers: Optional[Dict[str, str]] = None, retries: int = 10,
+            timeout: Optional[Seconds] = 300, klass: str = "live",
+            throttle: Optional[Throttle] = None,
+            locked_codes: Optional[Sequence[str]] = None,
+            classifier: Optional[Classifier] = None
+            ) -> Tuple[int, http.client.HTTPMessage, bytes]:
     """One HTTP request through urllib, admitted under key and retried
     while the answer is transient (see the loop above).
 
@@ -231,9 +266,11 @@ def request(key, url, method="POST", data=None, headers=None, retries=10,
 
     Returns (status, headers, body) for a 2xx answer (headers an
     http.client.HTTPMessage).  Raises PermanentError (sent once), GaveUp
-    (.retry_after), Error (a bad key or class), TypeError."""
+    (.retry_after), Error (a bad key or class), TypeError, and ValueError
+    for a malformed URL (before anything is admitted or sent)."""
     if not isinstance(url, str):
         raise TypeError("url must be a str")
+    check_url(url)
     if not isinstance(method, str):
         raise TypeError("method must be a str")
     if isinstance(data, str):
@@ -251,8 +288,9 @@ def request(key, url, method="POST", data=None, headers=None, retries=10,
             hdrs[k] = v
     status, hdr, body, _, _ = run(
         key, _urllib_sender(url, method.upper(), data, hdrs), throttle,
-        retries, timeout, klass, locked_codes)
-    return status, hdr, body
+        retries, timeout, klass, locked_codes, classifier=classifier)
+    return cast(int, status), hdr, body
 
 
-__all__ = ["request", "run", "sleep", "default_throttle", "TransportError"]
+__all__ = ["request", "run", "sleep", "default_throttle", "TransportError",
+           "check_url"]
