@@ -157,7 +157,7 @@ class Admission:
     def __enter__(self) -> "Admission":
         return self
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         if self._ticket is not None and self._pid == os.getpid():
             kind = "transient" if isinstance(ev, Exception) else "abandoned"
             try:
@@ -165,7 +165,6 @@ class Admission:
             except Error:
                 if et is None:
                     raise
-        return False
 
     def __del__(self):
         # dropped without being given back: give the slot back now rather
