@@ -53,8 +53,8 @@ from ._answers import parse_retry_after
 from ._base import (_GROUP_SHARED, _NO_CREATE, _NO_FALLBACK, FOREVER,
                     HAVE_INTERRUPT, INTERRUPT_PERIOD_MS, OUTCOMES, SLICE_MS,
                     UINT32_MAX, _EINTR, _ETIMEDOUT, _EWOULDBLOCK, _core,
-                    Key, Seconds, _invalid, _key, _klass, _ms, _text, _uint,
-                    error)
+                    _BY_NAME, Key, Seconds, _invalid, _key, _klass, _ms,
+                    _text, _uint, error)
 from ._errors import Error, ThrottleClosed
 
 
@@ -153,7 +153,10 @@ class Throttle:
     then the library's defaults; times are in seconds.  When the segment
     cannot be used, the Throttle still works on process-private memory
     (fail open): .shared is False, .open_error says why, and a
-    FallbackWarning is issued; no_fallback=True raises instead.  Use it as a
+    FallbackWarning is issued; no_fallback=True raises instead.  A
+    backend that cannot be reached when the Throttle is made (Redis down)
+    gives a FallbackWarning too, and .open_error is an EBACKEND naming the
+    cause: the host's segment serves until Redis answers again.  Use it as a
     context manager, or call close().  publish says where a reported
     back-off goes, per kind: {"locked": "key", "rate_limited": "root",
     "unavailable": "root"} is the default (a table's lock is the table's,
@@ -193,13 +196,32 @@ class Throttle:
             _core.throttle_config_free(self._cfg)
             self._cfg = None
             raise
-        self.open_error = error(rc, msg) if rc != 0 else None
-        if rc != 0:
-            # a refused backend leaves the segment working: say which
+        self.open_error: Optional[Error] = error(rc, msg) if rc != 0 \
+            else None
+        if rc == 0 and self.backend != "shm":
+            msg = self._backend_reached()
+            if msg:
+                self.open_error = _BY_NAME["EBACKEND"](msg)
+        if self.open_error is not None:
+            # a refused or unreachable backend leaves the segment working
             warnings.warn(FallbackWarning("libthrottle: %s; continuing %s" % (
-                msg, "on this host's segment alone" if self.shared
-                else "with process-private back-off")), stacklevel=2)
+                self.open_error, "on this host's segment alone"
+                if self.shared else "with process-private back-off")),
+                stacklevel=2)
         _live.add(self)
+
+    def _backend_reached(self) -> str:
+        """"" when the backend answers a read, else why not: opening does
+        not connect, so a Redis that cannot be reached would be seen only
+        by the first call (served by the segment, silently)."""
+        left = ctypes.c_uint64()
+        h = self._h
+        rc = _core.throttle_remaining(h.ptr, b"libthrottle:reach",
+                                      ctypes.byref(left))
+        msg = _text(_core.throttle_errmsg(h.ptr))
+        if rc != 0 and not msg:
+            msg = _text(_core.throttle_strerror(rc))
+        return msg
 
     # -- opening and closing
 
