@@ -27,6 +27,9 @@ it out of the queue at once and makes the next task head; nothing of it is
 left in the library, which never saw it.  close() ends every wait with
 ThrottleClosed.
 
+arun() is libthrottle.run()'s loop for asyncio (the httpx and aiohttp
+integrations use it).
+
 Costs, and what was rejected.  The queue places of a process's tasks are
 its own: in the key's FIFO queue across processes, a process that blocks
 in throttle_enter() holds a place, and a polling head takes the slot only
@@ -44,14 +47,15 @@ each call is a round trip to Redis made on the loop's thread.
 
 import asyncio
 import collections
-from typing import (Any, Deque, Dict, List, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import (Any, Awaitable, Callable, Deque, Dict, List, Optional,
+                    Sequence, Set, Tuple, Union)
 
 from ._admission import Admission
 from ._answers import Classifier, Outcome
 from ._base import (_ETIMEDOUT, FOREVER, Key, Seconds, _key, _klass, _ms,
                     error)
-from ._errors import ThrottleClosed
+from ._errors import ETIMEDOUT, Error, ThrottleClosed
+from ._http import Loop, TransportError, _Done, default_throttle
 from ._throttle import Throttle
 
 POLL_MIN_S = 0.002
@@ -374,3 +378,65 @@ class AsyncThrottle:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+# ---- the retry loop, for asyncio -------------------------------------------
+
+_default: Optional[AsyncThrottle] = None
+
+# send(seconds left or None) -> awaitable (status, headers, body)
+AsyncSender = Callable[[Optional[float]], Awaitable[Tuple[int, Any, bytes]]]
+
+
+def default_async_throttle() -> AsyncThrottle:
+    """The process's shared AsyncThrottle, over default_throttle()."""
+    global _default
+    t = default_throttle()
+    if _default is None or _default.throttle is not t or _default.closed:
+        _default = AsyncThrottle(t)
+    return _default
+
+
+async def arun(key: Key, send: AsyncSender,
+               throttle: Optional[AsyncThrottle] = None, retries: int = 10,
+               timeout: Optional[Seconds] = 300, klass: str = "live",
+               locked_codes: Optional[Sequence[str]] = None,
+               give_up: bool = True, classifier: Optional[Classifier] = None
+               ) -> Tuple[Any, Any, bytes, Outcome, int]:
+    """libthrottle.run() for asyncio: the same loop (_http.Loop) with
+    AsyncThrottle's admissions, an awaited send(seconds_left) and
+    asyncio.sleep() for the local back-off."""
+    at = throttle if throttle is not None else default_async_throttle()
+    if not isinstance(at, AsyncThrottle):
+        raise TypeError("throttle must be a libthrottle.AsyncThrottle")
+    loop = Loop(key, at, retries, timeout, klass, locked_codes, give_up,
+                classifier)
+    try:
+        while True:
+            adm: Optional[AsyncAdmission] = None
+            if loop.gate:
+                try:
+                    adm = await at.admit(key, klass, timeout=loop.left())
+                except Error as e:
+                    loop.not_admitted(e, at.throttle.remaining(key)
+                                      if isinstance(e, ETIMEDOUT) else 0.0)
+            if adm is not None:
+                async with adm:
+                    await _attempt(loop, adm, send)
+            else:
+                await _attempt(loop, None, send)
+            delay = loop.next(adm)
+            if delay > 0:
+                await asyncio.sleep(delay)
+    except _Done as d:
+        return d.result
+
+
+async def _attempt(loop: Loop, adm: Optional[AsyncAdmission],
+                   send: AsyncSender) -> None:
+    try:
+        answer = await send(loop.send_timeout())
+    except TransportError as e:
+        loop.no_answer(adm, e)
+    else:
+        loop.sent(adm, answer)
