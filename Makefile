@@ -236,6 +236,11 @@ bench: all $(BENCHES)
 	@echo "== multi-table fleet: a workspace-wide 429, per-table signals vs scoped"
 	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key >$(B)/bench/scope-key.txt 2>&1; head -n 1 $(B)/bench/scope-key.txt
 	@B=$(B) sh tests/test_scope_fleet.sh >$(B)/bench/scope-scoped.txt 2>&1; head -n 1 $(B)/bench/scope-scoped.txt
+	@echo "== bench/py_fleet.py (Python clients, in the venv of tools/venv.sh)"
+	@py=$$(B=$(B) sh tools/venv.sh); rc=$$?; \
+	if [ $$rc -eq 3 ]; then echo "skipped: PyPI is not reachable"; \
+	elif [ $$rc -ne 0 ]; then exit 1; \
+	else LIBTHROTTLE_LIBRARY=$(abspath $(B))/libthrottle.so.1 $$py bench/py_fleet.py; fi
 
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.

@@ -50,7 +50,7 @@ from ._throttle import Throttle
 
 EKEY = _BY_NAME["EKEY"]
 
-__all__ = ["ThrottleAdapter", "session"]
+__all__ = ["ThrottleAdapter", "session", "throttle_session"]
 
 
 class ThrottleAdapter(HTTPAdapter):
@@ -155,7 +155,23 @@ def session(key: Union[Key, Callable[[Any], Key]],
             replay_limit: int = REPLAY_LIMIT) -> _requests.Session:
     """A requests.Session whose http and https requests go through a
     ThrottleAdapter for key."""
-    s = _requests.Session()
+    return throttle_session(_requests.Session(), key, throttle, retries,
+                            timeout, klass, locked_codes, prefixes,
+                            classifier, replay_limit)
+
+
+def throttle_session(s: _requests.Session,
+                     key: Union[Key, Callable[[Any], Key]],
+                     throttle: Optional[Throttle] = None, retries: int = 10,
+                     timeout: Optional[Seconds] = 300, klass: str = "live",
+                     locked_codes: Optional[Sequence[str]] = None,
+                     prefixes: Sequence[str] = ("http://", "https://"),
+                     classifier: Optional[Classifier] = None,
+                     replay_limit: int = REPLAY_LIMIT) -> _requests.Session:
+    """Mount a ThrottleAdapter for key on an existing session (one made
+    by a library) for each of prefixes; returns s.  The adapters it had
+    there are replaced: their own retries would re-send inside an
+    admission."""
     adapter = ThrottleAdapter(key, throttle, retries, timeout, klass,
                               locked_codes, classifier=classifier,
                               replay_limit=replay_limit)

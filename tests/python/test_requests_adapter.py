@@ -151,3 +151,17 @@ def test_requests_malformed_url_is_a_value_error_unsent(t, mock):
         with pytest.raises(ValueError):
             s.post(url, data=b"x")
     assert not _known(t) or t.info(KEY)["admitted"] == 0
+
+
+def test_requests_throttle_session_mounts_on_a_session_made_elsewhere(t,
+                                                                      mock):
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+    s = requests.Session()
+    s.mount("http://", HTTPAdapter(max_retries=Retry(5, status_forcelist=[
+        409], backoff_factor=0)))  # as a library set it up
+    assert lr.throttle_session(s, KEY, throttle=t) is s
+    mock.admin("hold", {"table": "orders", "ms": 800})
+    r = s.post(mock.load_url(), data=b"x", timeout=10)
+    assert r.status_code == 200 and r.throttle_attempts >= 2
+    assert early(mock.stats()) == 0
