@@ -11,6 +11,9 @@ the same hold.  Rows:
                          [409, 429, 503], Retry-After honoured))
   tenacity               @retry on 409/429/503, wait: the answer's
                          Retry-After, else exponential with jitter
+  backoff()/wait() pair  t.wait(key), send, t.backoff(key, Retry-After):
+                         the shared back-off without admission
+  libthrottle.tenacity   libthrottle.tenacity's retry/wait pair (the same)
   libthrottle requests   libthrottle.requests.session(key)
   libthrottle httpx      httpx.Client(transport=ThrottleTransport(key))
   AsyncThrottle x64      httpx.AsyncClient(transport=AsyncThrottleTransport)
@@ -45,7 +48,7 @@ PROCS, LOADS = 8, 3
 TASKS = 64
 
 
-# ---- the workers (run as: py_fleet.py worker STRATEGY URL N) -----------------
+# ---- the workers (run as: py_fleet.py worker STRATEGY URL N) ------------
 
 def _urllib3(url, n):
     import urllib3
@@ -74,6 +77,40 @@ def _tenacity(url, n):
         stop=tenacity.stop_after_attempt(10))
     def load():
         return requests.post(url, data=b"x" * 100, timeout=30)
+    return [load().status_code for _ in range(n)]
+
+
+def _lt_backoff(url, n):
+    import requests
+    import libthrottle
+    t = libthrottle.Throttle()
+    statuses = []
+    for _ in range(n):
+        for _ in range(10):
+            t.wait(KEY)
+            r = requests.post(url, data=b"x" * 100, timeout=30)
+            if r.status_code not in (409, 429, 503):
+                break
+            t.backoff(KEY, r.headers.get("Retry-After", "5"))
+        statuses.append(r.status_code)
+    return statuses
+
+
+def _lt_tenacity(url, n):
+    import requests
+    import tenacity
+    import libthrottle
+    import libthrottle.tenacity as lt
+    t = libthrottle.Throttle()
+
+    @tenacity.retry(retry=lt.retry_if_transient(t, KEY),
+                    wait=lt.wait_throttle(t, KEY),
+                    before=lt.before_attempt(t, KEY),
+                    stop=tenacity.stop_after_attempt(10))
+    def load():
+        r = requests.post(url, data=b"x" * 100, timeout=30)
+        r.raise_for_status()
+        return r
     return [load().status_code for _ in range(n)]
 
 
@@ -142,6 +179,7 @@ def _lt_async(url, n, setup):
 
 
 WORKERS = {"urllib3": _urllib3, "tenacity": _tenacity,
+           "lt-backoff": _lt_backoff, "lt-tenacity": _lt_tenacity,
            "lt-requests": _lt_requests, "lt-httpx": _lt_httpx,
            "lt-async": _lt_async}
 SETUP = {"lt-async": _lt_async_setup}
@@ -158,7 +196,7 @@ def worker(strategy, url, n):
           flush=True)
 
 
-# ---- the bench ---------------------------------------------------------------------
+# ---- the bench ------------------------------------------------------------
 
 class Mock:
     def __init__(self):
@@ -240,6 +278,8 @@ def fleet(mock, strategy, procs, loads, seg):
 
 ROWS = [("urllib3 Retry", "urllib3", PROCS, LOADS),
         ("tenacity", "tenacity", PROCS, LOADS),
+        ("backoff()/wait() pair", "lt-backoff", PROCS, LOADS),
+        ("libthrottle.tenacity", "lt-tenacity", PROCS, LOADS),
         ("libthrottle requests", "lt-requests", PROCS, LOADS),
         ("libthrottle httpx", "lt-httpx", PROCS, LOADS),
         ("AsyncThrottle x%d" % TASKS, "lt-async", 1, TASKS)]

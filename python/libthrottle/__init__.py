@@ -41,7 +41,8 @@ from ._admission import Admission, StaleAdmissionWarning
 from ._throttle import FallbackWarning, Throttle
 from ._http import TransportError, check_url, default_throttle, request, run
 from ._replay import REPLAY_LIMIT, ReplayableBody
-from ._async import AsyncAdmission, AsyncThrottle
+from ._async import (AsyncAdmission, AsyncThrottle, arun,
+                     default_async_throttle)
 
 # One module attribute per C error code: libthrottle.EFULL, ... (the
 # written ones above, and any a newer library added)
@@ -76,7 +77,7 @@ __all__ = [
     "default_throttle", "unlink", "version", "ERRORS", "HAVE_INTERRUPT",
     "ThrottleClosed", "BodyNotReplayable", "AsyncThrottle", "AsyncAdmission",
     "Classifier", "classify_response", "ReplayableBody", "REPLAY_LIMIT",
-    "check_url", "EINVAL", "ENOMEM", "EKEY", "ESHM", "ENOSPC", "EMAGIC",
+    "check_url", "arun", "default_async_throttle", "EINVAL", "ENOMEM", "EKEY", "ESHM", "ENOSPC", "EMAGIC",
     "EVERSION", "EFINGERPRINT", "ESIZE", "EOWNER", "EMODE", "EINITTIMEOUT",
     "ELOCKTIMEOUT", "ECORRUPT", "EFULL", "ENOKEY", "ETIMEDOUT", "EWOULDBLOCK",
     "ECANCELED", "ESYS", "ESYMLINK", "EINTR", "ESTALE", "EREADONLY",

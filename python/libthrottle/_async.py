@@ -182,7 +182,8 @@ class AsyncThrottle:
         self._own = throttle is None
         self.throttle: Throttle = throttle if throttle is not None \
             else Throttle(**settings)
-        self._queues: Dict[Tuple[bytes, int], Deque["asyncio.Future[None]"]] = {}
+        self._queues: Dict[Tuple[bytes, int],
+                           Deque["asyncio.Future[None]"]] = {}
         self._sleepers: Set["asyncio.Future[None]"] = set()
         self._closed = False
 

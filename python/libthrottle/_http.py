@@ -201,8 +201,8 @@ class Loop:
         elif out.kind in _PUBLISHED:
             delay = DEFAULT_DELAY_S
         else:
-            delay = random.uniform(0, min(LOCAL_CAP_S,
-                                          LOCAL_BASE_S * 2 ** self.local_fails))
+            delay = random.uniform(0, min(
+                LOCAL_CAP_S, LOCAL_BASE_S * 2 ** self.local_fails))
             self.local_fails = min(self.local_fails + 1, 30)
         if self.deadline is not None and \
                 time.monotonic() + delay > self.deadline:
@@ -301,16 +301,17 @@ def _urllib_sender(url, method, data, headers):
     return send
 
 
-def check_url(url: str) -> None:
-    """ValueError unless url is an absolute http(s) URL with a host (and a
-    valid port): a malformed URL is the caller's mistake, never a
-    transport error to retry."""
+def check_url(url: str, any_scheme: bool = False) -> None:
+    """ValueError unless url is an absolute http(s) URL (any scheme with
+    any_scheme: a client's adapter may serve http+unix:// and the like)
+    with a host and a valid port: a malformed URL is the caller's mistake,
+    never a transport error to retry."""
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError when out of range
     except ValueError as e:
         raise ValueError("malformed URL %r: %s" % (url, e)) from None
-    if parts.scheme.lower() not in ("http", "https"):
+    if not any_scheme and parts.scheme.lower() not in ("http", "https"):
         raise ValueError("malformed URL %r: not http:// or https://" % (url,))
     if not parts.hostname:
         raise ValueError("malformed URL %r: no host" % (url,))

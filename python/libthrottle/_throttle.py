@@ -221,6 +221,13 @@ class Throttle:
         msg = _text(_core.throttle_errmsg(h.ptr))
         if rc != 0 and not msg:
             msg = _text(_core.throttle_strerror(rc))
+        # the message names the URL as given: show it as .backend does,
+        # its password hidden
+        url = self._settings["backend"] or os.environ.get("THROTTLE_BACKEND")
+        if url:
+            if isinstance(url, bytes):
+                url = url.decode("utf-8", "replace")
+            msg = msg.replace(url, self.backend)
         return msg
 
     # -- opening and closing

@@ -5,7 +5,8 @@ transports, one for httpx.Client and one for httpx.AsyncClient.
     import httpx, libthrottle.httpx as lh
 
     client = httpx.Client(transport=lh.ThrottleTransport("hotdata:ws1/orders"))
-    r = client.post("https://api.example/v1/tables/orders/load", content=b"...")
+    r = client.post("https://api.example/v1/tables/orders/load",
+                    content=b"...")
 
     async with httpx.AsyncClient(transport=lh.AsyncThrottleTransport(
             "hotdata:ws1/orders")) as client:
@@ -54,7 +55,8 @@ class _Settings:
         self.classifier, self.replay_limit = classifier, replay_limit
 
     def key_of(self, request: httpx.Request) -> Key:
-        check_url(str(request.url))  # a malformed URL is not retried
+        # a malformed URL is not retried
+        check_url(str(request.url), any_scheme=True)
         return self.key(request) if callable(self.key) else self.key
 
     def loop_args(self) -> Dict[str, Any]:

@@ -103,7 +103,8 @@ class ThrottleAdapter(HTTPAdapter):
             "clock: leave max_retries at 0" % (self.throttle_retries, value))
 
     def send(self, request: Any, **kwargs: Any) -> Any:
-        check_url(request.url)  # a malformed URL is not a transport error
+        # a malformed URL is not a transport error
+        check_url(request.url, any_scheme=True)
         key = self.throttle_key(request) if callable(self.throttle_key) \
             else self.throttle_key
         body = ReplayableBody(request.body, self.replay_limit)

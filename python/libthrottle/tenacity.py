@@ -10,6 +10,7 @@ every host):
 
     @tenacity.retry(retry=lt.retry_if_transient(t, KEY),
                     wait=lt.wait_throttle(t, KEY),
+                    before=lt.before_attempt(t, KEY),
                     stop=tenacity.stop_after_attempt(10), reraise=True)
     def load(data):
         r = requests.post(url, data=data)
@@ -28,7 +29,11 @@ requests' ConnectionError and Timeout, TimeoutError, httpx.TransportError,
 urllib3's HTTPError, aiohttp's ClientConnectionError), not otherwise.
 wait_throttle waits until key's published not-before (every process's),
 else the answer's own Retry-After, else fallback (default: full jitter,
-0.2 s doubling to 20 s).
+0.2 s doubling to 20 s).  before_attempt blocks in Throttle.wait(key)
+right before every attempt, the first included: tenacity sleeps the wait
+it computed, and another process may have published a later not-before
+meanwhile (without it, those attempts go early); it blocks the thread, so
+it is for synchronous code (with asyncio, use AsyncThrottle's admission).
 
 What it is: back-off shared, without admission.  Every waiting process
 wakes when the not-before passes and sends at once, so a fleet herds into
@@ -51,7 +56,7 @@ from ._errors import RequestError
 from ._http import DEFAULT_DELAY_S, TransportError, default_throttle
 from ._throttle import Throttle
 
-__all__ = ["retry_if_transient", "wait_throttle"]
+__all__ = ["retry_if_transient", "wait_throttle", "before_attempt"]
 
 _PUBLISHED = ("locked", "rate_limited", "unavailable")
 
@@ -156,3 +161,16 @@ class wait_throttle(wait_base):
         if out is not None and out.retry_after is not None:
             return out.retry_after
         return float(self.fallback(retry_state))
+
+
+class before_attempt:
+    """tenacity before=: wait (Throttle.wait) until key's shared
+    not-before, re-read when it wakes, right before each attempt."""
+
+    def __init__(self, throttle: Optional[Throttle] = None,
+                 key: Key = "") -> None:
+        self.throttle, self.key = throttle, key
+
+    def __call__(self, retry_state: "tenacity.RetryCallState") -> None:
+        t = self.throttle if self.throttle is not None else default_throttle()
+        t.wait(self.key)

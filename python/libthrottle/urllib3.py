@@ -70,7 +70,8 @@ class _Hook:
 
     def urlopen(self, send: Callable[..., Any], default_headers: Any,
                 method: str, url: str, **kw: Any) -> Any:
-        check_url(url)  # a malformed URL is not a transport error
+        # a malformed URL is not a transport error
+        check_url(url, any_scheme=True)
         key = self.key(method, url) if callable(self.key) else self.key
         body = ReplayableBody(kw.get("body"), self.replay_limit)
         if body.buffered:

@@ -40,7 +40,8 @@ def run(cmd, env=None, **kw):
     # (and a build's egg-info beside it) for an installed one
     env = dict(os.environ if env is None else env)
     env.pop("PYTHONPATH", None)
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT,
                          text=True, timeout=900, **kw)
     assert out.returncode == 0, "%s\n%s" % (" ".join(cmd), out.stdout[-4000:])
     return out.stdout

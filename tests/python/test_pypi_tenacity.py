@@ -24,6 +24,7 @@ KEY = "hotdata:127.0.0.1/orders"
 def loader(t, calls):
     @tenacity.retry(retry=lt.retry_if_transient(t, KEY),
                     wait=lt.wait_throttle(t, KEY),
+                    before=lt.before_attempt(t, KEY),
                     stop=tenacity.stop_after_attempt(10), reraise=True)
     def load(url, data):
         calls.append(time.monotonic())
@@ -79,3 +80,14 @@ def test_tenacity_transport_error_retried_other_errors_not(t):
     with pytest.raises(KeyError):
         f(KeyError("a bug"))
     assert len(calls) == 4
+
+
+def test_tenacity_before_attempt_waits_out_a_later_not_before(t, mock):
+    """Published by another process while this one slept: the attempt
+    waits for it (tenacity alone would send on its own computed wait)."""
+    calls = []
+    load = loader(t, calls)
+    t.backoff(KEY, 0.4)  # "another process" was told to come back later
+    start = time.monotonic()
+    load(mock.load_url(), b"x")
+    assert calls[0] - start >= 0.4 - 0.002
