@@ -354,9 +354,32 @@ class AsyncThrottle:
     async def stats(self) -> Dict[str, int]:
         return self.throttle.stats()
 
+    async def set_publish_level(self, kind: str,
+                                level: Union[str, int]) -> None:
+        self.throttle.set_publish_level(kind, level)
+
+    async def segment_max_delay(self) -> float:
+        """Throttle.segment_max_delay (a property there)."""
+        return self.throttle.segment_max_delay
+
+    async def set_segment_max_delay(self, seconds: Seconds) -> None:
+        self.throttle.set_segment_max_delay(seconds)
+
     @property
     def shared(self) -> bool:
         return self.throttle.shared
+
+    @property
+    def backend(self) -> str:
+        return self.throttle.backend
+
+    @property
+    def segment(self) -> str:
+        return self.throttle.segment
+
+    @property
+    def open_error(self) -> Optional[Error]:
+        return self.throttle.open_error
 
     @property
     def closed(self) -> bool:

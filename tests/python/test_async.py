@@ -199,3 +199,29 @@ def test_async_requeue_goes_to_the_front(at, t):
         await asyncio.gather(first(), second())
     run(main())
     assert got == ["first again", "second"]
+
+
+def test_async_has_every_call_of_throttle(at):
+    """Every public call of Throttle is on AsyncThrottle; the ones that
+    are calls there are coroutines here."""
+    import inspect
+    for name, member in inspect.getmembers(libthrottle.Throttle):
+        if name.startswith("_") or name == "close":
+            continue
+        assert hasattr(libthrottle.AsyncThrottle, name), name
+        if inspect.isfunction(member) and name != "admit":
+            assert inspect.iscoroutinefunction(
+                getattr(libthrottle.AsyncThrottle, name)), name
+
+    async def main():
+        await at.backoff(KEY, 2)
+        assert 1 < await at.remaining(KEY) <= 2
+        await at.set_max_parallel(KEY, 3)
+        assert (await at.info(KEY))["cap"] == 3
+        await at.pause(KEY)
+        assert await at.try_admit(KEY) is None
+        await at.resume(KEY)
+        await at.clear(KEY)
+        assert at.shared and at.backend == "shm" and at.open_error is None
+        assert (await at.stats())["used"] >= 1
+    run(main())
