@@ -70,9 +70,9 @@ class Admission:
         "locked", "rate_limited" and "unavailable", the seconds to publish
         (None: the library's default)."""
         self._check()
-        _outcome_args(kind, retry_after)
-        self._leave(kind, retry_after)
-        self.outcome = Outcome(kind, retry_after)
+        secs = _outcome_args(kind, retry_after)  # a timedelta: seconds
+        self._leave(kind, secs)
+        self.outcome = Outcome(kind, secs)
         return self.outcome
 
     def requeue(self, kind: str = "transient",
@@ -88,7 +88,7 @@ class Admission:
         ETIMEDOUT, ECANCELED, ESTALE (it had been taken back already)...
         Ctrl-C gives the place up and raises KeyboardInterrupt."""
         self._check()
-        _outcome_args(kind, retry_after)
+        retry_after = _outcome_args(kind, retry_after)  # seconds
         ms = _ms(timeout, "timeout", none_is_forever=True)
         h, owner = self._handle, self._owner
         if h.gen is not None and \
@@ -191,8 +191,8 @@ def _outcome_args(kind, retry_after):
     if kind not in OUTCOMES:
         raise _invalid("unknown outcome %r (one of %s)"
                        % (kind, ", ".join(sorted(OUTCOMES))))
-    if retry_after is not None:
-        _number(retry_after, "retry_after")
+    return None if retry_after is None else _number(retry_after,
+                                                     "retry_after")
 
 
 def _retry_ms(retry_after):

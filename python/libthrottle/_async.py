@@ -63,6 +63,11 @@ POLL_MAX_S = 0.025
 WAIT_SLICE_S = 0.5  # wait(): a clear() elsewhere is seen within this
 
 
+def _wake(f: "asyncio.Future[None]") -> None:
+    if not f.done():
+        f.set_result(None)
+
+
 class AsyncAdmission:
     """An admission made by AsyncThrottle.admit(): Admission's report(),
     leave() and probe, given back on leaving the `async with` block as
@@ -192,16 +197,14 @@ class AsyncThrottle:
     def _kick(self) -> None:
         """Wake every sleeping head: a slot or a pause may have changed."""
         for f in list(self._sleepers):
-            if not f.done():
-                f.set_result(None)
+            _wake(f)
 
     async def _nap(self, seconds: float) -> None:
         """Sleep on the loop until seconds pass or _kick()."""
         loop = asyncio.get_running_loop()
         f: "asyncio.Future[None]" = loop.create_future()
         self._sleepers.add(f)
-        h = loop.call_later(max(0.0, seconds),
-                            lambda: f.done() or f.set_result(None))
+        h = loop.call_later(max(0.0, seconds), _wake, f)
         try:
             await f
         finally:
@@ -254,8 +257,7 @@ class AsyncThrottle:
         finally:
             q.remove(me)
             if q:
-                if not q[0].done():
-                    q[0].set_result(None)  # the next task is head now
+                _wake(q[0])  # the next task is head now
             else:
                 self._queues.pop((k, cls), None)
 
@@ -392,8 +394,7 @@ class AsyncThrottle:
         self._kick()
         for q in self._queues.values():
             for f in q:
-                if not f.done():
-                    f.set_result(None)
+                _wake(f)
         if self._own:
             self.throttle.close()
 

@@ -678,3 +678,11 @@ def test_throttle_timedelta_is_accepted_for_every_delay(t):
         t.backoff(KEY, datetime.timedelta(seconds=-1))
     t.set_rate(KEY, 10, datetime.timedelta(minutes=1))
     assert t.info(KEY)["rate_period_ms"] == 60000
+
+
+def test_throttle_leave_takes_a_timedelta_retry_after(t):
+    import datetime
+    adm = t.admit(KEY)
+    out = adm.leave("locked", datetime.timedelta(seconds=2))
+    assert out.retry_after == 2.0
+    assert 1 < t.remaining(KEY) <= 2
