@@ -42,7 +42,8 @@ Needs aiohttp (pip install libthrottle[aiohttp]).
 """
 
 import asyncio
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import (Any, Awaitable, Callable, Dict, Optional, Sequence,
+                    Tuple, Union)
 
 import aiohttp
 
@@ -74,16 +75,30 @@ async def request(session: aiohttp.ClientSession, key: Key, method: str,
     at = AsyncThrottle(throttle) if isinstance(throttle, Throttle) \
         else throttle
     body = await replayable_async(data, replay_limit)
+    async def send() -> Tuple[aiohttp.ClientResponse, bytes]:
+        resp = await session.request(method, url, data=body.rewind(), **kw)
+        try:
+            return resp, await resp.read()
+        finally:
+            resp.release()
+
+    return await _loop(send, key, at, retries, total_timeout, klass,
+                       locked_codes, classifier)
+
+
+async def _loop(send: Callable[[], Awaitable[Tuple[aiohttp.ClientResponse,
+                                                   bytes]]],
+                key: Key, at: Optional[AsyncThrottle], retries: int,
+                total_timeout: Optional[Seconds], klass: str,
+                locked_codes: Optional[Sequence[str]],
+                classifier: Optional[Classifier]) -> aiohttp.ClientResponse:
+    """arun() around send() (one attempt: the response and its body): the
+    final response, or aiohttp's own exception when nothing answered."""
     last: Dict[str, Any] = {}
 
     async def attempt(_left: Optional[float]) -> Tuple[int, Any, bytes]:
         try:
-            resp = await session.request(method, url, data=body.rewind(),
-                                         **kw)
-            try:
-                content = await resp.read()
-            finally:
-                resp.release()
+            resp, content = await send()
         except _NO_ANSWER as e:
             last["error"] = e
             raise TransportError(str(e) or type(e).__name__) from e
@@ -131,26 +146,11 @@ def middleware(key: Union[Key, Callable[[Any], Key]],
                     "the request body is a stream of more than %d bytes "
                     "(replay_limit): nothing was sent" % replay_limit)
             await req.update_body(data)
-        last: Dict[str, Any] = {}
+        async def send() -> Tuple[aiohttp.ClientResponse, bytes]:
+            resp = await handler(req)
+            return resp, await resp.read()
 
-        async def attempt(_left: Optional[float]) -> Tuple[int, Any, bytes]:
-            try:
-                resp = await handler(req)
-                content = await resp.read()
-            except _NO_ANSWER as e:
-                last["error"] = e
-                raise TransportError(str(e) or type(e).__name__) from e
-            last["response"] = resp
-            return resp.status, resp.headers, content
-
-        status, _, _, out, attempts = await arun(
-            k, attempt, at, retries, total_timeout, klass, locked_codes,
-            give_up=False, classifier=classifier)
-        if status is None:
-            raise last["error"]
-        resp = last["response"]
-        resp.throttle_outcome = out
-        resp.throttle_attempts = attempts
-        return resp
+        return await _loop(send, k, at, retries, total_timeout, klass,
+                           locked_codes, classifier)
 
     return throttled
