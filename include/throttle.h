@@ -413,7 +413,8 @@ typedef struct throttle_ticket throttle_ticket_t;
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
  * not the key: fail open (send anyway, honouring Retry-After yourself).
  * Before it returns THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT it waits out
- * the key's not-before as far as it can read it without the mutex, so
+ * the latest not-before of the key and of every scope above it, as far as
+ * it can read them without the mutex, so
  * failing open is never early (THROTTLE_ETIMEDOUT if that lies past the
  * timeout). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,

@@ -119,12 +119,11 @@ bool throttle__segment_busy(throttle_t *h, const char *key) {
   return busy;
 }
 
-/* The key's not-before as read without the mutex (0: absent, open, or the
- * table kept changing under us), bounded by the segment's maximum delay:
- * what a caller that cannot take the mutex still honours before it fails
- * open. */
-uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
-                             size_t len) {
+/* One record's not-before as read without the mutex (0: absent, open, or
+ * the table kept changing under us), bounded by the segment's maximum
+ * delay: shared memory is input (I8). */
+static uint64_t level_nb_nolock(const throttle_t *h, const char *key,
+                                size_t len) {
   for (int t = 0; t < NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
     int f = throttle__find_nolock(h, key, len, &idx, &seq);
@@ -141,6 +140,23 @@ uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
     return v > limit ? limit : v;
   }
   return 0;
+}
+
+/* The latest not-before of the key and of every scope above it, as read
+ * without the mutex: what a caller that cannot take the mutex still
+ * honours before it fails open (a 429 is published on the root scope, so
+ * the scopes' are the common back-off). */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len) {
+  uint64_t most = 0;
+  for (size_t p = 0, q = 0; q < len; p = q + 1) {
+    size_t s = throttle__scope_next(key, len, p);
+    q = s ? s : len;
+    uint64_t v = level_nb_nolock(h, key, q);
+    if (v > most)
+      most = v;
+  }
+  return most;
 }
 
 /* The mutex is out of reach (lock_rc): the caller will fail open and send

@@ -422,6 +422,8 @@ uint64_t throttle__seg_max_ns(const throttle_t *h);
 bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
 
 /* backoff.c */
+/* The latest not-before of key and its scopes, read without the mutex and
+ * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
 /* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
