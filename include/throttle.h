@@ -16,7 +16,12 @@
  *     them; throttle_errmsg() gives the message, with context, of the last
  *     failure on a handle in the calling thread.
  *   - Keys are byte strings of 1 to 255 bytes without a NUL byte, passed as
- *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").
+ *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").  A key is a path
+ *     of names joined by '/' (see Scopes): no name is empty (no leading or
+ *     trailing '/', no "//"), no byte is a control character (below 0x20,
+ *     or 0x7f), and a key has at most THROTTLE_KEY_MAX_SCOPES scopes (that
+ *     many '/').  Every function refuses any other key with THROTTLE_EKEY,
+ *     on every backend; throttle_check_key() says whether one is valid.
  *   - Times are milliseconds in the API, nanoseconds in shared memory, on
  *     CLOCK_BOOTTIME (libthrottle(3) says why).
  *   - A throttle_t may be shared by the threads of a process.
@@ -116,7 +121,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(OK, 0, "success")                                                         \
   XX(EINVAL, -1, "invalid argument")                                           \
   XX(ENOMEM, -2, "out of memory")                                              \
-  XX(EKEY, -3, "invalid key: must be 1 to 255 bytes without NUL")              \
+  XX(EKEY, -3,                                                                 \
+     "invalid key: 1 to 255 bytes, names joined by '/', no control byte")      \
   XX(ESHM, -4, "cannot open or create the shared-memory segment")              \
   XX(ENOSPC, -5, "no space left to reserve the segment")                       \
   XX(EMAGIC, -6, "not a libthrottle segment (bad magic)")                      \
@@ -498,6 +504,19 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
 THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
                                                throttle_outcome_t outcome,
                                                int level);
+
+/* The most scopes a key may have (that many '/'): "a/b/c" has two, "a" and
+ * "a/b".  A deeper key is refused with THROTTLE_EKEY everywhere, so that
+ * every scope of a key is honoured on every backend (the Redis backend
+ * hands each one to its scripts). */
+#define THROTTLE_KEY_MAX_SCOPES 16
+
+/* 0 when key is valid (see Conventions: 1 to 255 bytes, names joined by
+ * '/', none empty, no control byte, at most THROTTLE_KEY_MAX_SCOPES
+ * scopes), else THROTTLE_EKEY, with the reason in throttle_errmsg(NULL).
+ * The check every function makes of its key, for a caller that wants to
+ * refuse a bad key before it opens a handle (throttlectl does). */
+THROTTLE_EXTERN int throttle_check_key(const char *key);
 
 /* Key settings, kept in the segment and shared by every process. */
 

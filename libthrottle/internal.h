@@ -387,11 +387,22 @@ int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
 void throttle__crashpoint(const char *name);
 
 /* table.c */
+/* A key's check (include/throttle.h, Conventions): 0, or THROTTLE_EKEY
+ * with the reason as h's message; *len its length.  Every entry point
+ * makes it before it looks anything up, so this thread's guesses only
+ * ever hold checked keys: the open-key path checks the length, asks the
+ * guesses alone (throttle__find_nolock with guessed_only), and checks the
+ * syntax (key_syntax, after key_len) only when they do not know the key. */
 int throttle__check_key(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_len(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_syntax(const throttle_t *h, const char *key, size_t len);
 uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
-/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable. */
+/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable; with
+ * guessed_only, THROTTLE__NOT_GUESSED unless this thread's guesses answer
+ * (then the key passed throttle__check_key before). */
+#define THROTTLE__NOT_GUESSED (-2)
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                          uint32_t *idx, uint32_t *seq);
+                          uint32_t *idx, uint32_t *seq, bool guessed_only);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
 /* This thread saw every scope of key, found at record idx, open under
  * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).

@@ -22,7 +22,65 @@
 
 #include <string.h>
 
-int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
+/* ---- key syntax ---------------------------------------------------------
+ *
+ * A key is a path of names joined by '/' (its scopes are its prefixes at
+ * '/', scope.c): 1 to THROTTLE__KEY_MAX bytes, no control byte (below 0x20,
+ * or 0x7f), no empty name (no leading or trailing '/', no "//"), at most
+ * THROTTLE_KEY_MAX_SCOPES scopes (the Redis backend passes every scope of a
+ * key to its scripts, and a key deeper than that would lose its deepest
+ * there while the segment held them: refused on both instead).  Checked
+ * here for every entry point (throttlectl and the Python binding call the
+ * same functions), on every call: eight bytes a step, since the open-key
+ * check is the hot path. */
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "a key's byte i is bits 8i..8i+7 of its word");
+#define ONES UINT64_C(0x0101010101010101)
+#define LOWS UINT64_C(0x7f7f7f7f7f7f7f7f)
+
+/* 0x80 in each byte of t that is zero, exactly (no carry between bytes). */
+static inline uint64_t zero_bytes(uint64_t t) {
+  return ~(((t & LOWS) + LOWS) | t | LOWS);
+}
+
+/* What the word w (its low k bytes are key bytes, k 1..8) holds: *bad gets
+ * a control byte or a "//" (with the byte before the word: *slash_before,
+ * then the word's last byte); the number of '/' is returned. */
+static inline unsigned scan_word(uint64_t w, unsigned k, uint64_t *bad,
+                                 uint64_t *slash_before) {
+  uint64_t valid = k == 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * k)) - 1;
+  uint64_t ctl = zero_bytes(w & (ONES * 0xe0)) | zero_bytes(w ^ (ONES * 0x7f));
+  uint64_t sl = zero_bytes(w ^ (ONES * '/')) & valid;
+  *bad |= (ctl & valid) | (sl & (sl << 8)) | (sl & *slash_before);
+  *slash_before = (sl >> (8 * (k - 1))) & 0x80;
+  return (unsigned)(((sl >> 7) * ONES) >> 56); /* the bytes' sum */
+}
+
+/* Why key (len bytes, known bad) is refused. */
+static int key_refused(const throttle_t *h, const char *key, size_t len,
+                       unsigned scopes) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)key[i];
+    if (c < 0x20 || c == 0x7f)
+      return throttle__fail(h, THROTTLE_EKEY,
+                            "key has a control byte (0x%02x) at byte %zu; "
+                            "keys are printable",
+                            c, i);
+    if (c == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
+      return throttle__fail(
+          h, THROTTLE_EKEY,
+          "key \"%.*s\" has an empty name at byte %zu: keys are paths of "
+          "names joined by '/' (no leading, trailing or double '/')",
+          (int)len, key, i == 0 || i + 1 == len ? i : i + 1);
+  }
+  return throttle__fail(h, THROTTLE_EKEY,
+                        "key \"%.*s\" has %u scopes; at most %d "
+                        "(THROTTLE_KEY_MAX_SCOPES)",
+                        (int)len, key, scopes, THROTTLE_KEY_MAX_SCOPES);
+}
+
+int throttle__key_len(const throttle_t *h, const char *key, size_t *len) {
   if (key == NULL)
     return throttle__fail(h, THROTTLE_EKEY, "key is NULL");
   size_t n = strnlen(key, THROTTLE__KEY_MAX + 1);
@@ -32,6 +90,45 @@ int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
                           n == 0 ? "0" : "more than 255");
   *len = n;
   return 0;
+}
+
+int throttle__key_syntax(const throttle_t *h, const char *key, size_t n) {
+  uint64_t bad = 0, before = 0, w;
+  unsigned slashes = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    memcpy(&w, key + i, 8);
+    slashes += scan_word(w, 8, &bad, &before);
+  }
+  if (i < n) { /* the tail: the last 8 bytes (or all), shifted down */
+    unsigned k = (unsigned)(n - i);
+    if (n >= 8) {
+      memcpy(&w, key + n - 8, 8);
+      w >>= 8 * (8 - k);
+    } else {
+      w = 0;
+      for (size_t j = n; j > 0; j--)
+        w = (w << 8) | (unsigned char)key[j - 1];
+    }
+    slashes += scan_word(w, k, &bad, &before);
+  }
+  if (bad != 0 || key[0] == '/' || key[n - 1] == '/' ||
+      slashes > THROTTLE_KEY_MAX_SCOPES)
+    return key_refused(h, key, n, slashes);
+  return 0;
+}
+
+int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
+  int rc = throttle__key_len(h, key, len);
+  return rc != 0 ? rc : throttle__key_syntax(h, key, *len);
+}
+
+THROTTLE_EXTERN int throttle_check_key(const char *key) {
+  size_t len = 0;
+  int rc = throttle__check_key(NULL, key, &len);
+  if (rc == 0)
+    throttle__clear_msg(NULL);
+  return rc;
 }
 
 static uint64_t mix(uint64_t x) {
@@ -200,10 +297,10 @@ try_guess(const throttle_t *h, const struct guess *g, const char *key,
  * intended (a seqlock), hence no thread-sanitizer instrumentation here. */
 __attribute__((no_sanitize("thread"))) int
 throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                      uint32_t *idx, uint32_t *seq) {
+                      uint32_t *idx, uint32_t *seq, bool guessed_only) {
   uint32_t s = atomic_load_explicit(&h->hdr->tseq, memory_order_acquire);
   if (s & 1)
-    return -1;
+    return guessed_only ? THROTTLE__NOT_GUESSED : -1;
   guess_bind(h);
   struct absent *a = absent_way(key, len);
   if (a->len == len && a->seq == s && bytes_match(a->key, key, len)) {
@@ -218,6 +315,8 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
   if (gi != UINT32_MAX) {
     *idx = gi;
     found = 1;
+  } else if (guessed_only) {
+    return THROTTLE__NOT_GUESSED;
   }
   if (!found) {
     uint64_t hash = throttle__hash(h->seed, key, len);
