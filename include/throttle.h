@@ -336,7 +336,9 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
  * delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
- * back-off or holders pending, so none can be evicted: the caller honours
+ * back-off, a lock episode less than one maximum delay old (a back-off
+ * passed, no probe answered yet), a setting or holders pending, so none
+ * can be evicted: the caller honours
  * its own delay, e.g. by sleeping it), THROTTLE_ELOCKTIMEOUT,
  * THROTTLE_ECORRUPT. */
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
@@ -442,7 +444,9 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
  * is published as a back-off (0 means the default of 5000 ms), on the key
- * or one of its scopes (throttle_set_publish_level()).
+ * or one of its scopes (throttle_set_publish_level()); a scope with no
+ * record and no room for one in a full table has it published on the key
+ * instead.
  * Tickets are unique for the segment's lifetime: a ticket whose admission
  * was already taken back (its lease lapsed, or the same admission was left
  * before, e.g. by a forked copy) matches no slot, frees nothing and
@@ -450,7 +454,9 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
  * server's answer holds whoever asked).
  * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
  * freed), THROTTLE_ESTALE, THROTTLE_ELOCKTIMEOUT (the slot is then
- * reclaimed by its lease). */
+ * reclaimed by its lease), THROTTLE_EFULL (the back-off could be stored
+ * nowhere, the table being full of keys in use; the slot is still given
+ * back: honour Retry-After yourself). */
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);

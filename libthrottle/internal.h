@@ -430,7 +430,10 @@ uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
+/* May r be evicted: no slot in use, and nothing else eviction would lose
+ * (a not-before, a setting, a lock episode or probe: gate_grant.c)? */
+bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
+                        uint64_t now);
 
 /* backoff.c */
 /* The latest not-before of key and its scopes, read without the mutex and
@@ -570,7 +573,8 @@ void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
+bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
+                                uint64_t now);
 
 /* scope.c */
 /* The end of the next scope of key at or after from (a '/' past the first
@@ -661,10 +665,20 @@ void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel);
 /* Publish outcome's back-off on the scope of key the handle routes it to
- * (nothing when that is the key itself: the caller publishes there). */
-void throttle__scope_publish_locked(throttle_t *h, const char *key,
-                                    size_t len, throttle_outcome_t outcome,
-                                    uint64_t delay_ns, uint64_t now);
+ * (nothing when that is the key itself: the caller publishes there), as
+ * throttle__publish_at_locked() does; 0, or why nothing was stored. */
+int throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                   size_t len, throttle_outcome_t outcome,
+                                   uint64_t delay_ns, uint64_t now);
+/* Publish a back-off on key's prefix of plen bytes (the key itself when
+ * plen is its length).  A scope with no record and no room for one (every
+ * record in use, none evictable) has it stored on the key instead: never
+ * early for the key, and the other keys beneath learn it from their own
+ * answers.  0 when stored, else THROTTLE_EFULL (or what the insert said):
+ * a back-off stored nowhere is never reported as published. */
+int throttle__publish_at_locked(throttle_t *h, const char *key, size_t len,
+                                uint32_t plen, uint64_t delay_ns,
+                                uint64_t now);
 /* After a change that can make a scope hold (see hdr->sgen). */
 static inline void throttle__scope_touch(throttle_t *h) {
   atomic_fetch_add_explicit(&h->hdr->sgen, 1, memory_order_release);

@@ -587,7 +587,7 @@ static uint32_t reap_victim_locked(throttle_t *h, uint64_t now) {
     }
     if (best == UINT32_MAX)
       return UINT32_MAX;
-    if (throttle__reap_idle_locked(&h->recs[best], now))
+    if (throttle__reap_idle_locked(h, &h->recs[best], now))
       return best;
     tried[n] = best;
   }
@@ -599,7 +599,7 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
   uint64_t oldest = UINT64_MAX;
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r->state == THROTTLE__REC_USED && throttle__rec_idle(r, now) &&
+    if (r->state == THROTTLE__REC_USED && throttle__rec_idle(h, r, now) &&
         r->last_use_ns < oldest) {
       oldest = r->last_use_ns;
       victim = i;
@@ -675,7 +675,8 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
     fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
     if (fi == 0 && evict_one_locked(h, now) != 0) {
       rc = throttle__fail(h, THROTTLE_EFULL,
-                          "%s: all %u keys have a back-off pending; raise "
+                          "%s: all %u keys are in use (a back-off, a lock "
+                          "episode, a setting or a holder); raise "
                           "THROTTLE_KEYS (and throttlectl rm) or wait",
                           h->name, h->capacity);
       goto out;
