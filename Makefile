@@ -247,6 +247,12 @@ cppcheck:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools libthrottle tools
 
+# The objects' dependency graph: which object uses symbols another defines,
+# and the circles among them (tools/objgraph.py; --check fails on a circle).
+.PHONY: layers
+layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
+	python3 tools/objgraph.py $^
+
 # ---- install -----------------------------------------------------------
 #
 # Honours DESTDIR, PREFIX, LIBDIR (multiarch: LIBDIR=/usr/lib/x86_64-linux-gnu),
