@@ -124,22 +124,26 @@ bool throttle__segment_busy(throttle_t *h, const char *key) {
  * delay: shared memory is input (I8). */
 static uint64_t level_nb_nolock(const throttle_t *h, const char *key,
                                 size_t len) {
-  for (int t = 0; t < NOLOCK_TRIES; t++) {
+  uint64_t v = 0;
+  int t = 0;
+  for (; t < NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
     int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
     if (f == 0)
       return 0;
     if (f < 0)
       continue;
-    uint64_t v =
-        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
-    if (!throttle__seq_still(h, seq))
-      continue;
-    uint64_t limit =
-        throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
-    return v > limit ? limit : v;
+    v = atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    if (throttle__seq_still(h, seq))
+      break;
   }
-  return 0;
+  /* Never stable (a writer stopped inside a change of the table, the
+   * mutex with it): the records themselves still say. */
+  if (t == NOLOCK_TRIES)
+    v = throttle__scan_nb_nolock(h, key, len);
+  uint64_t limit =
+      throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
+  return v > limit ? limit : v;
 }
 
 /* The latest not-before of the key and of every scope above it, as read

@@ -404,6 +404,10 @@ uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
                           uint32_t *idx, uint32_t *seq, bool guessed_only);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+/* The latest not-before of the records holding key, by a scan of them all
+ * without the mutex or the index (for a caller failing open). */
+uint64_t throttle__scan_nb_nolock(const throttle_t *h, const char *key,
+                                  size_t len);
 /* This thread saw every scope of key, found at record idx, open under
  * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).
  * Lock-free; only a hint for the open-key path: any publish, pause,

@@ -380,6 +380,26 @@ void throttle__guess_note_scopes(const throttle_t *h, const char *key,
     }
 }
 
+/* Every record that holds key, read without the mutex and without the
+ * index (a writer stopped between the two bumps of the sequence leaves
+ * every lock-free lookup unstable, yet the not-befores stay readable): the
+ * latest not-before among them, unbounded (the caller bounds it).  A torn
+ * read can only name a wrong not-before, which the bound keeps within one
+ * maximum delay (I8).  O(capacity): for a caller that is failing open. */
+__attribute__((no_sanitize("thread"))) uint64_t
+throttle__scan_nb_nolock(const throttle_t *h, const char *key, size_t len) {
+  uint64_t most = 0;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED || !key_matches(r, key, len))
+      continue;
+    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    if (v > most)
+      most = v;
+  }
+  return most;
+}
+
 bool throttle__seq_still(const throttle_t *h, uint32_t seq) {
   atomic_thread_fence(memory_order_acquire);
   return atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) == seq;
