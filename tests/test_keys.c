@@ -89,7 +89,7 @@ static void check_syntax(throttle_t *h) {
   for (size_t i = 0; i < sizeof control / sizeof control[0]; i++)
     expect_refused(h, control[i], "control byte");
   static const char *const good[] = {
-      "a", "hotdata:ws1/orders", "a b/c d", "caf\xc3\xa9/t\xc3\xa4" "ble",
+      "a", "hotdata:ws1/orders", "a b/c d", "caf\xc3\xa9/t\xc3\xa4\x62le",
       "x/y/z", "0123456789abcdef/0123456789abcdef/0", "~!@#$%^&*()_+"};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
     expect_accepted(h, good[i]);
