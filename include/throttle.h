@@ -482,8 +482,16 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
  * every pool above it at once; places go first come, first served across
  * the keys of a pool, live before backfill (throttle_set_backfill_share()
  * on the scope bounds backfill's part of the pool); a leave hands its
- * place to the oldest eligible waiter of any key beneath.  The rate of a
- * pool is a budget for all its keys.  Each key keeps its own cap.
+ * place to the oldest eligible waiter of any key beneath.  Eligible: it
+ * could go but for the pool.  A waiter held by a reason of its own (a
+ * pause, a back-off or a probe out on its key or on a scope between it and
+ * the pool, its key's cap or rate, a nested pool that is full) does not
+ * hold the pool's turn, and neither does a waiter that is gone (dead, or,
+ * when it cannot be judged, silent at its gate past its lease).  The rate
+ * of a pool is a budget for all its keys.  Each key keeps its own cap.  A
+ * cap set on a scope (a new pool, or a lowered cap) counts the admissions
+ * already in flight beneath it: none more is granted until they are under
+ * it.
  *
  * Where a transient answer is published, per outcome: THROTTLE_LEVEL_KEY
  * (the key itself), THROTTLE_LEVEL_ROOT (its root scope; the key when it

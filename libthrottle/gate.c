@@ -403,6 +403,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     } else {
       next = UINT64_MAX;
     }
+    if (s != NULL && s->state == THROTTLE__SLOT_WAITING)
+      /* still waiting: the waiter's lease runs from this look (reap) */
+      s->since_mono_ns = throttle__mono_at(now);
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && interrupted) {
       /* Granted while the caller was already told to stop: hand the slot
        * on as an abandoned admission would (a probe's turn passes to the
@@ -627,6 +630,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
     s->since_ns = now;
+    s->since_mono_ns = 0; /* a waiter's lease starts at its next look */
     throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, s->cls);
   } else if (s != NULL) {
     throttle__free_slot(r, s);

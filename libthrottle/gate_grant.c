@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #define REAP_NS (50 * THROTTLE__NS_PER_MS)
+#define WAITER_LEASE_MIN_NS (4 * THROTTLE__POLL_NS)
 
 /* ---- helpers on a record -------------------------------------------- */
 
@@ -197,9 +198,20 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
     bound_slot_times(s, now, mono);
-    bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
-                  mono - s->since_mono_ns >
-                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    /* A waiter's lease runs from its last look at the gate (gate.c
+     * stamps it each time it must wait on; 0: not yet), so a waiter that
+     * cannot be judged and stopped looking is dropped as a holder's slot
+     * is.  A live one looks again every THROTTLE__POLL_NS, hence the floor
+     * of a few of those; one dropped while alive (stopped past its lease)
+     * registers again with its arrival ticket, its place in the queue
+     * kept. */
+    uint64_t lease = (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    if (s->state == THROTTLE__SLOT_WAITING && lease < WAITER_LEASE_MIN_NS)
+      lease = WAITER_LEASE_MIN_NS;
+    bool lapsed = (s->state == THROTTLE__SLOT_HOLDING ||
+                   (s->state == THROTTLE__SLOT_WAITING &&
+                    s->since_mono_ns != 0)) &&
+                  mono - s->since_mono_ns > lease;
     if (!lapsed && throttle__holder_alive(s))
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {

@@ -641,6 +641,8 @@ uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */
 void throttle__scope_repair_locked(throttle_t *h);
+/* s's cap was just set: every holder beneath takes the place it lacks. */
+void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s);
 /* r was just inserted: start its learned cap from its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);

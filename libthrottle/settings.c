@@ -31,6 +31,8 @@ static int with_key(throttle_t *h, const char *key, bool create,
   if (rc == 0 && r != NULL) {
     fn(r, arg);
     r->last_use_ns = now;
+    throttle__scope_pool_set_locked(h, r); /* a pool counts what is in
+                                              flight beneath it */
     /* Wake under the lock: once it is released the record may be evicted
      * and its slots rewritten. */
     throttle__wake_rec(r);
