@@ -365,6 +365,9 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
 #define THROTTLE_FOREVER UINT64_MAX
 
 /* Drop key's back-off (it opens now) and wake its waiters.  Counters stay.
+ * On a scope the waiters of every key beneath are woken too, whether or
+ * not the scope has a record of its own (THROTTLE_ENOKEY only when there
+ * is neither the key nor any key beneath it).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY,
  * THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key);
@@ -545,7 +548,11 @@ THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key);
 THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
 
 /* End every current waiter of key at once with THROTTLE_ECANCELED.  Later
- * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+ * callers are not affected.  On a scope, every waiter of every key beneath
+ * it too, whether or not the scope has a record of its own (keys that
+ * publish their 429 and 503 on themselves leave it none); resume on such
+ * a scope wakes them.  THROTTLE_ENOKEY only when there is neither the key
+ * nor any key beneath it.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
 

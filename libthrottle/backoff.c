@@ -447,8 +447,12 @@ static int segment_clear(throttle_t *h, const char *key, size_t len) {
     throttle__wake_rec(r);
     throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
+  /* A scope without a record of its own has no back-off to drop; its
+   * keys are still woken, and it is no unknown key. */
+  bool beneath = r == NULL && throttle__scope_below_key_locked(h, key, len,
+                                                               false) != 0;
   throttle__unlock(h);
-  return r != NULL ? 0 : THROTTLE_ENOKEY;
+  return r != NULL || beneath ? 0 : THROTTLE_ENOKEY;
 }
 
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {

@@ -649,6 +649,10 @@ void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel);
+/* The same beneath the scope key[0, len), whether or not it has a record
+ * (a command on a scope reaches every key beneath it): how many keys. */
+uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
+                                          size_t len, bool cancel);
 /* Publish outcome's back-off on the scope of key the handle routes it to
  * (nothing when that is the key itself: the caller publishes there). */
 void throttle__scope_publish_locked(throttle_t *h, const char *key,

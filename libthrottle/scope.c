@@ -596,19 +596,31 @@ void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
   }
 }
 
-void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
-                                  bool cancel) {
-  size_t len = klen(s);
-  if (len == 0)
-    return;
+uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
+                                          size_t len, bool cancel) {
+  uint32_t n = 0;
+  if (len == 0 || len > THROTTLE__KEY_MAX)
+    return 0;
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r == s || !below(r, s->key, len))
+    if (!below(r, key, len))
       continue;
     if (cancel)
       throttle__cancel_locked(r);
     throttle__wake_rec(r);
+    n++;
   }
+  return n;
+}
+
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel) {
+  /* s's own key, copied: a record beneath is never s, but its bytes are
+   * shared memory and read once (klen) */
+  char key[THROTTLE__KEY_MAX + 1];
+  size_t len = klen(s);
+  memcpy(key, s->key, len);
+  (void)throttle__scope_below_key_locked(h, key, len, cancel);
 }
 
 uint32_t throttle__publish_len(const throttle_t *h, const char *key,

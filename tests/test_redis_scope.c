@@ -207,6 +207,7 @@ int main(int argc, char **argv) {
       TR(test_scope_pause_holds_every_key_until_resume),
       TR(test_scope_cancel_reaches_every_key),
       TR(test_scope_clear_wakes_keys_beneath),
+      TR(test_scope_commands_reach_keys_without_scope_record),
       TR(test_scope_pool_caps_the_sum),
       TR(test_scope_pool_fifo_across_tables_live_first),
       TR(test_scope_pool_rate_is_a_budget),

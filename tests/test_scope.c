@@ -406,6 +406,63 @@ static void test_scope_clear_wakes_keys_beneath(void **state) {
   munmap(b, sizeof *b);
 }
 
+/* 429 and 503 on the key: no scope record is ever made for a handle so
+ * configured (the cold-scope rule is where signals go). */
+static int publish_on_key(throttle_t *h) {
+  int rc = throttle_set_publish_level(h, THROTTLE_OUTCOME_RATE_LIMITED,
+                                      THROTTLE_LEVEL_KEY);
+  return rc != 0 ? rc
+                 : throttle_set_publish_level(h, THROTTLE_OUTCOME_UNAVAILABLE,
+                                              THROTTLE_LEVEL_KEY);
+}
+
+/* Enter table i with signals published on the key (no scope record). */
+static int child_enters_key_only(void *p) {
+  struct kid *k = p;
+  throttle_t *h = child_handle(k->fx, k->i);
+  TH_CHILD_CHECK(h != NULL);
+  TH_CHILD_CHECK(publish_on_key(h) == 0);
+  throttle_ticket_t *t = NULL;
+  k->b->rc[k->i] = throttle_enter(h, tables[k->i], k->cls, HANG_GUARD_MS, &t);
+  if (k->b->rc[k->i] == 0)
+    TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* Tables that publish on themselves leave their scope without a record:
+ * resume, clear and cancel on the scope still reach every key beneath
+ * (cancel ends its waiters), and only a name with nothing at or beneath
+ * it is an unknown key. */
+static void test_scope_commands_reach_keys_without_scope_record(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(publish_on_key(h), 0);
+  struct board *b = board_new();
+  assert_int_equal(throttle_set_max_parallel(h, tables[0], 1), 0);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_try_enter(h, tables[0], THROTTLE_CLASS_LIVE, &t,
+                                      NULL),
+                   0);
+  struct kid k = {fx, b, 0, THROTTLE_CLASS_LIVE};
+  pid_t pid = th_spawn(fx, child_enters_key_only, &k);
+  th_wait_field(h, tables[0], THROTTLE_FIELD_WAITING_LIVE, 1, 5000);
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, "ws1", &info), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  assert_int_equal(th_field(h, tables[0], THROTTLE_FIELD_WAITING_LIVE), 1);
+  assert_int_equal(throttle_cancel(h, "ws1"), 0);
+  th_reap_ok(fx, pid, HANG_GUARD_MS + 5000);
+  assert_int_equal(b->rc[0], THROTTLE_ECANCELED);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_cancel(h, "ws9"), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_cancel(h, "ws"), THROTTLE_ENOKEY); /* no '/' */
+  assert_int_equal(throttle_clear(h, "ws9"), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_resume(h, "ws9"), THROTTLE_ENOKEY);
+  munmap(b, sizeof *b);
+}
+
 /* ---- where a signal is published ------------------------------------- */
 
 static void leave_with(throttle_t *h, const char *key, throttle_outcome_t o) {
@@ -543,17 +600,23 @@ static void test_scope_admission_sees_later_scope_changes(void **state) {
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
   /* the pool gone again, and quiet: an admission granted then takes no
-   * place, and one held across the pool's return leaves none behind */
+   * place; one held across the pool's return is counted by it (the new
+   * cap counts what is in flight) and its leave leaves none behind */
   assert_int_equal(throttle_set_max_parallel(h, "ws1", 0), 0);
   quiet_admissions(h, key);
   assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
                    0);
   assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
   assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
                                       NULL),
                    0);
   assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
-  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
 }
 
@@ -808,6 +871,7 @@ int main(void) {
       T(test_scope_pause_holds_every_key_until_resume),
       T(test_scope_cancel_reaches_every_key),
       T(test_scope_clear_wakes_keys_beneath),
+      T(test_scope_commands_reach_keys_without_scope_record),
       T(test_scope_signals_go_where_meant_by_default),
       T(test_scope_publish_level_is_configurable),
       T(test_scope_open_path_sees_later_scope_backoff),
