@@ -611,7 +611,9 @@ typedef struct throttle_info throttle_info_t;
   XX(CAP_NEXT_RAISE_MS, "cap_next_raise_ms",                                 \
      "work still due before the next raise (0 now, -1 never)")               \
   XX(CAP_LEARNED_AGO_MS, "cap_learned_ago_ms",                               \
-     "ms since a refusal last set the cap (-1 never: slow start)")
+     "ms since a refusal last set the cap (-1 never: slow start)")           \
+  XX(WAITERS_UNLISTED, "waiters_unlisted",                                   \
+     "waiters counted but not listed (throttle_info_waiter: the first 32)")
 
 typedef enum {
 #define THROTTLE_XX_(name, json, desc) THROTTLE_FIELD_##name,
@@ -644,7 +646,12 @@ THROTTLE_EXTERN const char *throttle_info_holder_host(
 
 /* Waiter i (0-based, in arrival order) of a snapshot: its pid, how long
  * it has waited, its class; and its host (as for holders).  At most the
- * first 32 waiters are listed (the waiting_* fields count them all).
+ * first 32 waiters are listed, and on the segment only those in the key's
+ * participant slots (the callers beyond them are counted, not recorded);
+ * the waiting_* fields count them all, and THROTTLE_FIELD_WAITERS_UNLISTED
+ * says how many the list leaves out.  A caller killed while it waited
+ * beyond the slots is counted until a slot has stayed free for a second
+ * (a live one takes it sooner).
  * Returns 0, THROTTLE_EINVAL for a NULL info, or THROTTLE_ENOKEY when i
  * is past the last waiter; the host function NULL for either. */
 THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,

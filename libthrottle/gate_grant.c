@@ -30,6 +30,8 @@ void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->pid = 0;
   throttle__slot_bump(s);
   if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
+    if (r->ovf_free_ns == 0) /* free since now (throttle__ovf_stale) */
+      r->ovf_free_ns = throttle__now_coarse_ns();
     atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
     throttle__futex_wake(&r->epoch);
   }
@@ -150,6 +152,8 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   if (r->fixed_cap > THROTTLE__SLOTS)
     r->fixed_cap = THROTTLE__SLOTS;
+  if (r->ovf_bf > r->ovf_waiters)
+    r->ovf_bf = r->ovf_waiters;
   throttle__learn_bound_locked(r, now);
 }
 
@@ -178,6 +182,26 @@ bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
     return false;
   (void)throttle__reap(r, now, true);
   return throttle__rec_idle(r, now);
+}
+
+/* The count of callers beyond the slots (gate.c) is judged by evidence
+ * (throttle__ovf_stale): dropped, and its generation renewed so that a
+ * live caller counted before counts itself again.  ovf_free_ns is kept
+ * here and by throttle__free_slot(). */
+static void reap_ovf(struct throttle__rec *r, uint64_t now) {
+  bool slot_free = false;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS && !slot_free; i++)
+    slot_free = r->slot[i].state == THROTTLE__SLOT_FREE;
+  if (r->ovf_waiters == 0 || !slot_free) {
+    r->ovf_free_ns = 0;
+  } else if (r->ovf_free_ns == 0 || r->ovf_free_ns > now) {
+    r->ovf_free_ns = now;
+  } else if (throttle__ovf_stale(r, now)) {
+    r->ovf_gen++;
+    r->ovf_waiters = 0;
+    r->ovf_bf = 0;
+    r->ovf_free_ns = 0;
+  }
 }
 
 /* true when it looked (and may have freed slots), false when it was too
@@ -224,6 +248,7 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
     }
     throttle__free_slot(r, s);
   }
+  reap_ovf(r, now);
   return true;
 }
 
