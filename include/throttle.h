@@ -349,7 +349,10 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
  * sleepers do not wake in the same instant.  Holds no lock while asleep.
  * A back-off extended meanwhile makes it sleep on; a clear wakes it at once.
  * It also waits while the key is paused, and while the probe of a lock
- * episode admitted by throttle_enter() is out (until its answer).
+ * episode admitted by throttle_enter() is out (until its answer).  A
+ * scope's probe holds it as it holds an admission: the first request of a
+ * cold scope at most 1 s after its grant, so a holder of one key that
+ * waits on a sibling never waits for itself.
  *
  * throttle_wait() does not itself probe: callers that only wait and publish
  * all go when the not-before passes.  For one probe per lock episode (I3),
@@ -432,7 +435,9 @@ THROTTLE_EXTERN int throttle_try_enter(throttle_t *h, const char *key,
                                        throttle_ticket_t **ticket,
                                        uint64_t *wait_ms);
 
-/* 1 if the ticket was admitted as the probe of a lock episode. */
+/* 1 if the ticket was admitted as the probe of a lock episode: of its
+ * key's, or of a scope's (the first admission beneath after a scope's
+ * back-off, or the first request of a cold scope). */
 THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 
 /* Report the outcome, free the slot (handing it to the oldest waiter) and

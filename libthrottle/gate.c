@@ -444,7 +444,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       break;
     }
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING) {
-      t->probe = r->probe_ticket == s->ticket;
+      /* the probe of its key's episode, or of a scope's (a cold scope's
+       * first request, the first after a scope's back-off): its answer is
+       * the one the others wait for */
+      t->probe = r->probe_ticket == s->ticket ||
+                 (!t->quiet && !(quiet & THROTTLE__QUIET_ABSENT) &&
+                  throttle__scope_probe_of_locked(h, r, s->ticket));
       s->lease_ms = h->lease_ms;
       throttle__unlock(h);
       throttle__wake_all(&w);

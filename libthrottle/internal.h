@@ -617,6 +617,15 @@ enum {
 };
 int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
                                 uint64_t now, uint64_t *next);
+/* Does scope s's probe hold the keys beneath now: the rule of the scope
+ * gate, for every waiting call (throttle_wait too), a cold scope's first
+ * request at most THROTTLE__COLD_HOLD_NS (*next: when that hold ends)? */
+bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
+                                        uint64_t *next);
+/* Is ticket the probe of a scope of r's key (granted as its probe)? */
+bool throttle__scope_probe_of_locked(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t ticket);
 /* held was just granted on r: it takes a place in every pool over r (a
  * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
  * the probe of every scope of r in an episode with no probe out. */

@@ -32,6 +32,8 @@
  *    first load would hold its siblings for as long, and a caller that
  *    holds one table's admission while it enters another (nested work, a
  *    batch that takes its places first) would wait for itself forever.
+ *    The same bound holds throttle_wait() on the keys beneath
+ *    (throttle__scope_probe_holds_locked: one rule for every waiting call).
  *    Past the bound the keys go as if no scope had a record; the first
  *    answer still ends the episode (or, a 429, starts one with a
  *    not-before).  What the bound gives up: a first refusal slower than
@@ -136,6 +138,23 @@ static bool probe_out(struct throttle__rec *s, uint64_t now, uint64_t *next) {
     return true;
   }
   __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+  return false;
+}
+
+bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
+                                        uint64_t *next) {
+  return (s->flags & THROTTLE__REC_EPISODE) && probe_out(s, now, next);
+}
+
+bool throttle__scope_probe_of_locked(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t ticket) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
+       p++) {
+    const struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s != NULL && ticket != 0 && s->probe_ticket == ticket)
+      return true;
+  }
   return false;
 }
 

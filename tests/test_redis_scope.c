@@ -202,6 +202,7 @@ int main(int argc, char **argv) {
       TR(test_scope_cold_scope_refused_holds_its_retry_after),
       TR(test_scope_cold_scope_opens_on_any_answer),
       TR(test_scope_cold_hold_is_bounded),
+      TR(test_scope_cold_hold_bounds_every_wait),
       TR(test_scope_cold_rule_only_where_signals_go),
       TR(test_redis_scope_dead_probe_is_reclaimed),
       TR(test_scope_pause_holds_every_key_until_resume),

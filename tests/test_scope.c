@@ -296,6 +296,41 @@ static void test_scope_cold_hold_is_bounded(void **state) {
   assert_true(left > 25000);
 }
 
+/* One rule for the cold hold in every waiting call: the first request of
+ * a cold scope is its probe (throttle_ticket_is_probe), and a wait on a
+ * sibling, by the holder itself or by another process, ends with the
+ * hold's bound as an admission's does, never with the timeout (nor, with
+ * THROTTLE_FOREVER, when the first request's lease lapses). */
+static int child_waits_sibling(void *p) {
+  struct kid *k = p;
+  throttle_t *h = child_handle(k->fx, k->i);
+  TH_CHILD_CHECK(h != NULL);
+  k->b->rc[k->i] = throttle_wait(h, "ws1/items", 8000);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_scope_cold_hold_bounds_every_wait(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  throttle_ticket_t *t, *u;
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(throttle_ticket_is_probe(t), 1); /* the scope's probe */
+  assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  struct kid k = {fx, b, 1, THROTTLE_CLASS_LIVE};
+  pid_t pid = th_spawn(fx, child_waits_sibling, &k);
+  /* the holder's own wait on a sibling: the bound, not its own answer */
+  assert_int_equal(throttle_wait(h, "ws1/items", 8000), 0);
+  th_reap_ok(fx, pid, HANG_GUARD_MS);
+  assert_int_equal(b->rc[1], 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0); /* as enter says */
+  assert_int_equal(throttle_ticket_is_probe(u), 0);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  munmap(b, sizeof *b);
+}
+
 /* A handle that publishes 429 and 503 on the key keeps every table
  * independent: no scope record, no first request for the scope. */
 static void test_scope_cold_rule_only_where_signals_go(void **state) {
@@ -866,6 +901,7 @@ int main(void) {
       T(test_scope_cold_scope_refused_holds_its_retry_after),
       T(test_scope_cold_scope_opens_on_any_answer),
       T(test_scope_cold_hold_is_bounded),
+      T(test_scope_cold_hold_bounds_every_wait),
       T(test_scope_cold_rule_only_where_signals_go),
       T(test_scope_dead_probe_is_reclaimed),
       T(test_scope_pause_holds_every_key_until_resume),
