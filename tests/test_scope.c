@@ -301,10 +301,13 @@ static void test_scope_cold_hold_is_bounded(void **state) {
  * sibling, by the holder itself or by another process, ends with the
  * hold's bound as an admission's does, never with the timeout (nor, with
  * THROTTLE_FOREVER, when the first request's lease lapses). */
+static struct th_gate sibling_go;
+
 static int child_waits_sibling(void *p) {
   struct kid *k = p;
   throttle_t *h = child_handle(k->fx, k->i);
   TH_CHILD_CHECK(h != NULL);
+  th_gate_wait(&sibling_go); /* the parent holds the scope's probe */
   k->b->rc[k->i] = throttle_wait(h, "ws1/items", 8000);
   throttle_close(h);
   return 0;
@@ -315,11 +318,14 @@ static void test_scope_cold_hold_bounds_every_wait(void **state) {
   throttle_t *h = th_open(fx);
   struct board *b = board_new();
   throttle_ticket_t *t, *u;
+  /* forked before the parent holds anything: its own handle, then go */
+  th_gate_init(&sibling_go);
+  struct kid k = {fx, b, 1, THROTTLE_CLASS_LIVE};
+  pid_t pid = th_spawn(fx, child_waits_sibling, &k);
   assert_int_equal(try_in(h, "ws1/orders", &t), 0);
   assert_int_equal(throttle_ticket_is_probe(t), 1); /* the scope's probe */
   assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
-  struct kid k = {fx, b, 1, THROTTLE_CLASS_LIVE};
-  pid_t pid = th_spawn(fx, child_waits_sibling, &k);
+  th_gate_open(&sibling_go);
   /* the holder's own wait on a sibling: the bound, not its own answer */
   assert_int_equal(throttle_wait(h, "ws1/items", 8000), 0);
   th_reap_ok(fx, pid, HANG_GUARD_MS);
@@ -328,6 +334,7 @@ static void test_scope_cold_hold_bounds_every_wait(void **state) {
   assert_int_equal(throttle_ticket_is_probe(u), 0);
   assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_gate_close(&sibling_go);
   munmap(b, sizeof *b);
 }
 
