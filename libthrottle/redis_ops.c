@@ -712,6 +712,7 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
     out->holder[k].probe = (uint8_t)probe;
   }
   freeReplyObject(rep);
+  throttle__info_unlisted(out);
   return 0;
 }
 

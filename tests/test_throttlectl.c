@@ -886,6 +886,43 @@ static void test_throttlectl_cancel_ends_waiting_run(void **state) {
   result_free(&r);
 }
 
+/* A key has 32 participant slots: 35 callers waiting on a paused key are
+ * all counted, 32 are listed, and show (text and JSON) says how many it
+ * left out; a cancel ends them all, those beyond the slots too. */
+static void test_throttlectl_show_counts_waiters_it_does_not_list(
+    void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "pause", "q", END), 0);
+  result_free(&r);
+  enum { N = 35 };
+  struct proc w[N];
+  for (int i = 0; i < N; i++) {
+    ctl_spawn(&w[i], s->name, "run", "q", "--timeout", "60", "--", "true",
+              END);
+    wait_field(s, "q", "waiting_live", i + 1);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "waiting_live"), N);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), N - 32);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "q", END), 0);
+  assert_non_null(strstr(r.out, "\nwaiters not listed: 3\n"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "cancel", "q", END), 0);
+  result_free(&r);
+  for (int i = 0; i < N; i++) {
+    finish(&w[i], &r);
+    assert_status(&r, r.status, 1); /* canceled, not timed out */
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "canceled"), N);
+  assert_int_equal(json_int(r.out, "waiting_live"), 0);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), 0);
+  result_free(&r);
+}
+
 /* ---- run -------------------------------------------------------------- */
 
 static void test_throttlectl_run_passes_on_permanent_status(void **state) {
@@ -1402,6 +1439,7 @@ int main(void) {
       T(test_throttlectl_ls_shows_flight_wait_and_state),
       T(test_throttlectl_pause_holds_run_until_resume),
       T(test_throttlectl_cancel_ends_waiting_run),
+      T(test_throttlectl_show_counts_waiters_it_does_not_list),
       T(test_throttlectl_run_passes_on_permanent_status),
       T(test_throttlectl_run_retries_locked_then_gives_up),
       T(test_throttlectl_run_succeeds_on_second_attempt),

@@ -9,6 +9,15 @@ local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
 local fresh = wid == '0'
+-- 1 when admission id is the probe of its key's episode or of a scope's
+-- (gate.c: throttle_ticket_is_probe())
+local function probe_of(id)
+  if s['probe'] == id then return 1 end
+  for _, sc in ipairs(SC) do
+    if sc.s['probe'] == place_of(id) then return 1 end
+  end
+  return 0
+end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
@@ -17,7 +26,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   grant(wid)
   if not pending then
     store()
-    return {0, wid, s['probe'] == wid and 1 or 0, 0}
+    return {0, wid, probe_of(wid), 0}
   end
   pending = nil
 end
@@ -31,7 +40,7 @@ else
   if not v then
     store()
     if hget(wid) then
-      return {0, wid, s['probe'] == wid and 1 or 0, 0}
+      return {0, wid, probe_of(wid), 0}
     end
     return {3, wid, 0, 0}
   end
@@ -48,7 +57,7 @@ redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
 if hget(wid) then
   store()
-  return {0, wid, s['probe'] == wid and 1 or 0, 0}
+  return {0, wid, probe_of(wid), 0}
 end
 local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
