@@ -30,7 +30,7 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 2u
+#define THROTTLE__BACKEND_ABI 3u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
 
@@ -92,6 +92,11 @@ struct throttle__backend {
   int (*info)(void *be, const char *key, throttle_info_t *out);
   int (*foreach)(void *be, int (*fn)(const throttle_info_t *, void *),
                  void *arg);
+  /* A standing warning about how the backend is set up (Redis may evict
+   * keys, blocking commands are refused), for throttle_errmsg() between
+   * errors: copied into buf (len bytes, "" when none); returns a number
+   * that changes whenever the warning does. */
+  unsigned (*notice)(void *be, char *buf, size_t len);
 };
 
 /* ---- the core's side (backend.c) -------------------------------------
@@ -127,10 +132,12 @@ bool throttle__segment_busy(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);
-int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms);
+/* wait and enter: on THROTTLE__BE_DOWN, *timeout_ms is what is left of
+ * it for the segment (the time the backend took is spent). */
+int throttle__be_wait(throttle_t *h, const char *key, uint64_t *timeout_ms);
 int throttle__be_enter(throttle_t *h, const char *key, int cls,
-                       uint64_t timeout_ms, int nowait, void **tk, int *probe,
-                       uint64_t *wait_ms);
+                       uint64_t *timeout_ms, int nowait, void **tk,
+                       int *probe, uint64_t *wait_ms);
 int throttle__be_leave(throttle_t *h, void *tk, int outcome,
                        uint64_t retry_after_ms, uint32_t pub_len);
 int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,

@@ -315,7 +315,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, &timeout_ms));
   /* The key and each of its scopes (scope.c), root first.  The hot path:
    * every level open and not held by the gate; no clock, no lock.  A level
    * waited for may let another close meanwhile: look at all again. */

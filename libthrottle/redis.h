@@ -124,11 +124,13 @@ struct rds_ticket {
 
 struct rds {
   /* where */
-  char url[512];
-  char host[256];
+  char url[512];   /* as given: never printed (it may hold a password) */
+  char shown[512]; /* the URL with the password masked, for messages */
+  char host[256];  /* a name, or an address (IPv6 without brackets) */
   char path[256]; /* unix socket, or "" */
   int port;
   int db;
+  char user[128];     /* ACL user, or "" (AUTH PASSWORD alone) */
   char password[128];
   /* how */
   uint32_t timeout_ms;  /* connect and command */
@@ -147,6 +149,15 @@ struct rds {
   pid_t pid; /* owner of the pool: a forked child starts afresh */
   char sha[RDS_NSCRIPTS][41];
   uint64_t down_until; /* monotonic ms; the segment serves until then */
+  char down_why[512];  /* what failed then, for the calls until then */
+  int cluster;         /* a Cluster node: refused for good (see below) */
+  /* Standing warnings (backend.h notice), under mu: the eviction policy
+   * read at open, and blocking commands refused (waiters poll until
+   * poll_until, then try BLPOP again). */
+  char warn_policy[768];
+  char warn_block[768];
+  _Atomic unsigned notice_gen;
+  _Atomic uint64_t poll_until; /* monotonic ms */
   /* held admissions, kept alive by the heartbeat thread */
   struct rds_ticket *held;
   pthread_t beat;
@@ -155,22 +166,48 @@ struct rds {
   struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 
+#define RDS_POLL_MS 250u /* a waiter's look when BLPOP is refused */
+#define RDS_BLOCK_RETRY_MS 60000u /* then BLPOP is tried again after this */
+
 /* redis_conn.c */
 int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len);
 uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
+/* A new connection, greeted (AUTH, SELECT, PING), or NULL (message set). */
+redisContext *rds_connect(struct rds *r);
+/* At open: a Cluster is refused (THROTTLE_EBACKEND, message in msg), the
+ * eviction policy read; the connection goes to the pool. */
+int rds_check_server(struct rds *r, char *msg, size_t len);
 redisContext *rds_get(struct rds *r);
-/* redisCommandArgv() without SIGPIPE (see redis_conn.c). */
-redisReply *rds_command(redisContext *c, int argc, const char **argv);
+/* The next command on c is its first since it sat idle (the pool, the
+ * heartbeat's own): a connection the server closed meanwhile is opened
+ * again and the command sent once more (redis_conn.c). */
+void rds_idle(redisContext *c);
+/* redisCommandArgv() without SIGPIPE, with the idle retry above. */
+redisReply *rds_command(struct rds *r, redisContext *c, int argc,
+                        const char **argv);
+/* The caller's deadline (monotonic ms, UINT64_MAX none) for the commands
+ * of this thread until the next rds_put(): none waits past it. */
+void rds_deadline(struct rds *r, redisContext *c, uint64_t deadline);
+int rds_past(uint64_t deadline);
 void rds_put(struct rds *r, redisContext *c, int ok);
 void rds_pool_free(struct rds *r);
 void rds_key(char *out, size_t len, const char *kind, const char *key);
+/* NULL: a connection failure (c->err set) or an error reply (c->err 0,
+ * message set; the connection is still good). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
                      const char *key, int argc, const char **argv);
-redisReply *rds_blpop(struct rds *r, redisContext *c, const char *key,
-                      const char *id, uint64_t ms);
+/* 0 woken or timed out, -1 a connection failure. */
+int rds_blpop(struct rds *r, redisContext *c, const char *key, const char *id,
+              uint64_t ms, uint64_t deadline);
+/* A reply of the wrong shape: c is failed with a message (a server that
+ * answers anything must not admit anyone). */
+void rds_bad_reply(redisContext *c, const char *what,
+                   const redisReply *rep);
 int rds_down(struct rds *r, redisContext *c, const char *what);
+/* backend.h notice: the standing warnings, joined. */
+unsigned rds_notice(struct rds *r, char *buf, size_t len);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];

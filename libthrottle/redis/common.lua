@@ -169,17 +169,24 @@ local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~
 
 -- Places of dead holders (liveness or lease lapsed) go, as reap() does
 -- for a key's own holders; a probe's place gone lets the next probe go.
+-- The dead are listed first and dropped after the walk: a table walked by
+-- pairs() must not gain fields meanwhile ('invalid key to next'), and a
+-- script that fails here would fail the same way on every later call.
 for _, sc in ipairs(SC) do
+  local dead = {}
   for f, v in pairs(sc.s) do
     if string.sub(f, 1, 2) == 'h:' then
       local w = words(v)
       if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
-        sdel(sc, f)
-        sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
-        if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
-        sc.wake = true
+        dead[#dead + 1] = f
       end
     end
+  end
+  for _, f in ipairs(dead) do
+    sdel(sc, f)
+    sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
+    if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
+    sc.wake = true
   end
 end
 
