@@ -100,7 +100,9 @@ local function share_of()
 end
 
 -- holder value: cls probe concurrent since live_until lease_until lease
--- liveness host pid
+-- liveness host pid.  Dead holders go (and the watchers whose liveness
+-- lapsed); dead waiters go when they reach the head of the queue
+-- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
   for _, hv in ipairs(holders()) do
     local w = words(hv[2])
@@ -110,6 +112,11 @@ local function reap()
       if s['probe'] == hv[1] then p('probe', '0') end
     end
   end
+  redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
+end
+
+-- Every dead waiter at once (O(N): info and settings only).
+local function reap_waiters()
   local ws = redis.call('HGETALL', WI)
   for i = 1, #ws, 2 do
     local w = words(ws[i + 1])
@@ -118,7 +125,16 @@ local function reap()
       redis.call('ZREM', W, ws[i])
     end
   end
-  redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
+end
+
+-- A waiter's score in W: its arrival id, plus BF for a backfill one, so
+-- the oldest of a class is the first of its score range (one
+-- ZRANGEBYSCORE ... LIMIT 0 1).  Ids are Redis's clock in us (about
+-- 1.8e15 now); BF = 2^52; both stay exact in a double (2^53) until 2112.
+local BF = 4503599627370496
+local function wscore(cls, id)
+  if cls == '1' then return fmt((tonumber(id) or 0) + BF) end
+  return id
 end
 
 -- ---- scopes (libthrottle/scope.c) -----------------------------------------
@@ -468,20 +484,34 @@ local pending = nil
 local touched = {[K] = true}
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
--- liveness host pid state).
+-- liveness host pid state).  A head that is gone, canceled or dead is
+-- taken off the queue on the way (a canceled one keeps its record: its
+-- next look is told).
 local function oldest(cls)
   if pending then
     if pending[2][1] == cls then return pending[1], pending[2] end
     return nil
   end
-  for _, id in ipairs(redis.call('ZRANGE', W, 0, -1)) do
+  local lo, hi = '-inf', '(' .. fmt(BF)
+  if cls == '1' then lo, hi = fmt(BF), '+inf' end
+  while true do
+    local id = redis.call('ZRANGEBYSCORE', W, lo, hi, 'LIMIT', 0, 1)[1]
+    if not id then return nil end
     local v = redis.call('HGET', WI, id)
-    if v then
-      local w = words(v)
-      if w[1] == cls and w[7] == 'w' then return id, w end
+    local w = v and words(v)
+    local alive = w and w[7] == 'w' and (tonumber(w[2]) or 0) >= now
+    if alive and w[1] == cls then return id, w end
+    if alive then
+      -- scored as the other class (a record of an earlier version)
+      redis.call('ZADD', W, wscore(w[1], id), id)
+    else
+      redis.call('ZREM', W, id)
+      if w and w[7] ~= 'c' then
+        redis.call('HDEL', WI, id)
+        beneath_del(id)
+      end
     end
   end
-  return nil
 end
 
 -- Grant as many waiters as the gate allows now; returns the next instant

@@ -25,7 +25,7 @@ touched[W], touched[WI] = true, true
 reap()
 if fresh then
   if wid == '0' then wid = fence() end
-  redis.call('ZADD', W, wid, wid)
+  redis.call('ZADD', W, wscore(cls, wid), wid)
 else
   local v = redis.call('HGET', WI, wid)
   if not v then

@@ -31,6 +31,8 @@ elseif what == 'cancel' then
     if w[7] == 'w' then
       w[7] = 'c'
       redis.call('HSET', WI, ws[i], table.concat(w, ' '))
+      redis.call('ZREM', W, ws[i]) -- off the queue; woken, its look is told
+      push(ws[i])
     end
   end
 elseif what == 'clear' then
@@ -42,6 +44,7 @@ elseif what == 'wait' then
   return 0
 end
 reap()
+reap_waiters()
 grant(nil)
 wake_all()
 wake_beneath()
