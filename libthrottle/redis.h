@@ -2,7 +2,9 @@
 /*
  * redis.h — libthrottle-redis.so.1: the contracts across hosts on Redis,
  * loaded by the core through backend.h when THROTTLE_BACKEND names
- * redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:///PATH[?db=N].
+ * redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (HOST a name, an address or
+ * [IPv6]) or unix://[[USER]:PASSWORD@]/PATH[?db=N].  One Redis (a primary,
+ * with replicas if wanted): a Cluster is refused (see Keys).
  *
  * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
  * place that lists them).  Each operation is one Lua script, so a rule
@@ -62,9 +64,13 @@
  *
  * Keys.  All keys of one root scope (the key up to its first '/') share
  * one hash tag, thr1:{ROOT}:..., so one script touches a table and the
- * scopes and pools above it atomically, on Redis Cluster too: a script's
- * KEYS are the key's own five and, root first, each scope's k and b keys
- * (rds_eval computes them; at most 16 scopes deep).
+ * scopes and pools above it atomically: a script's KEYS are the key's own
+ * five and, root first, each scope's k and b keys (rds_eval computes them;
+ * at most 16 scopes deep).  The tag would keep them in one slot of a
+ * Cluster, but a Cluster is refused (rds_check_server at open; MOVED,
+ * ASK, CROSSSLOT or CLUSTERDOWN later): following redirections needs a
+ * slot map from CLUSTER SLOTS, which hiredis 0.14 does not keep, and an
+ * empty root ('{}') is no tag at all there.
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
  * non-printing bytes), so braces in a name cannot move the tag.
  *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
@@ -77,7 +83,9 @@
  *                    what the last refusal beneath it taught (seed_*),
  *                    copied by a key new to it; a hash holding only
  *                    those is no key.
- *   thr1:{R}:w:KEY   waiters in arrival order (zset, score = id)
+ *   thr1:{R}:w:KEY   waiters in arrival order within their class (zset,
+ *                    score = id, + 2^52 for backfill: the oldest of a
+ *                    class is one range lookup, O(log N) per look)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
@@ -89,6 +97,13 @@
  * probe, or its place in a pool) is a holder field of it, h:KEY#FENCE.
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
+ *
+ * Faults (docs/FAILURE-MODEL.md, Across hosts): an error reply is that
+ * call's diagnostic, not an outage; a connection the server closed while
+ * idle is opened again once; every reply's shape is checked; BLPOP
+ * refused means polling every RDS_POLL_MS, said as a standing notice, as
+ * is an eviction policy other than noeviction (read at open); a waiting
+ * call's commands end by its deadline.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one
