@@ -134,6 +134,8 @@ struct rds_ticket {
   struct rds_ticket *next; /* in the handle's list of held tickets */
   char fence[32];
   int lapsed; /* the heartbeat found it gone */
+  int cls;
+  uint64_t since_ms; /* monotonic, at the grant */
   char key[THROTTLE__KEY_MAX + 1];
 };
 

@@ -188,23 +188,37 @@ static void beat_round(struct rds *r, redisContext **c) {
   struct beat_one {
     char fence[32];
     char key[THROTTLE__KEY_MAX + 1];
+    char cls[4], held[24];
     int gone;
   } *v = n ? calloc(n, sizeof *v) : NULL;
   if (v == NULL)
     return; /* nothing held, or no memory: the next round tries */
   size_t i = 0;
-  for (struct rds_ticket *t = r->held; t != NULL; t = t->next, i++) {
+  uint64_t now = rds_mono_ms();
+  for (struct rds_ticket *t = r->held; t != NULL; t = t->next) {
+    if (t->lapsed)
+      continue; /* taken back: nothing to keep alive */
     memcpy(v[i].fence, t->fence, sizeof v[i].fence);
     memcpy(v[i].key, t->key, sizeof v[i].key);
+    snprintf(v[i].cls, sizeof v[i].cls, "%d", t->cls);
+    snprintf(v[i].held, sizeof v[i].held, "%llu",
+             (unsigned long long)(now - t->since_ms));
+    i++;
   }
+  n = i;
   pthread_mutex_unlock(&r->mu);
   if (*c != NULL)
     rds_idle(*c);
+  char lease[16], live[16], pid[16];
+  snprintf(lease, sizeof lease, "%u", r->lease_ms);
+  snprintf(live, sizeof live, "%u", r->liveness_ms);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
   for (i = 0; i < n; i++) {
     if (*c == NULL && (*c = rds_connect(r)) == NULL)
       break; /* Redis down: try again at the next beat */
-    const char *av[] = {v[i].fence};
-    redisReply *rep = rds_eval(r, *c, RDS_BEAT, v[i].key, 1, av);
+    const char *av[] = {v[i].fence, v[i].cls, lease, live,
+                        r->me,      pid,      v[i].held};
+    redisReply *rep = rds_eval(r, *c, RDS_BEAT, v[i].key, 7, av);
     if (rep == NULL) {
       if ((*c)->err != 0) {
         redisFree(*c);
@@ -537,6 +551,8 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       }
       snprintf(t->fence, sizeof t->fence, "%s", id);
       snprintf(t->key, sizeof t->key, "%s", key);
+      t->cls = cls;
+      t->since_ms = rds_mono_ms();
       hold(r, t);
       *tk = t;
       *probe = is_probe;

@@ -490,6 +490,34 @@ static void test_redis_faults_heartbeat_keeps_every_holding(void **state) {
   throttle_close(b);
 }
 
+/* Redis restarts empty beneath two holders of a key of cap 2: their
+ * heartbeats register them again (counted as held), so a newcomer waits
+ * and their reports free their slots as usual. */
+static void test_redis_faults_restart_heartbeat_registers_holders_again(
+    void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws/k", 2), 0);
+  throttle_ticket_t *t[2] = {NULL, NULL}, *t3 = NULL;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(
+        throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 1000, &t[i]), 0);
+  th_redis_stop(&R, 1);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  throttle_t *b = other_host(fx);
+  th_wait_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT, 2, HANG_GUARD_MS);
+  /* the cap set before the restart is gone with it; the learned cap
+   * starts at 1, and the two held slots count */
+  assert_int_equal(throttle_try_enter(b, "ws/k", THROTTLE_CLASS_LIVE, &t3,
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT), 0);
+  throttle_close(b);
+}
+
 /* ---- time --------------------------------------------------------------- */
 
 /* A stall longer than the caller's timeout, while the caller waits in
@@ -583,6 +611,9 @@ int main(int argc, char **argv) {
                                       setup_cluster, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_heartbeat_keeps_every_holding, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_restart_heartbeat_registers_holders_again, setup,
+          teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
   };

@@ -21,6 +21,10 @@ do
   local a = redis.call('HGETALL', K)
   for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
 end
+-- The state hash is new here: stored with 'born' (Redis's clock in us),
+-- so that a holder admitted before it (a fence below born, or no hash at
+-- all) is known to be one Redis lost (beat.lua).
+local K_NEW = next(s) == nil
 local function g(f) return tonumber(s[f] or '0') or 0 end
 local function p(f, v)
   local str = type(v) == 'number' and string.format('%.0f', v) or v
@@ -602,6 +606,7 @@ end
 local function store()
   p('last_use', now)
   p('key', NAME)
+  if K_NEW then p('born', now_us) end
   local args = {}
   for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
   redis.call('HSET', K, unpack(args))
