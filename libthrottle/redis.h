@@ -139,6 +139,16 @@ struct rds_ticket {
   char key[THROTTLE__KEY_MAX + 1];
 };
 
+/* An enter whose caller did not hear the answer (its command failed; it
+ * may run later): what it did is given back by its token (leave.lua),
+ * from the heartbeat thread, until found or until `until`. */
+struct rds_giveback {
+  struct rds_giveback *next;
+  char token[48];
+  uint64_t until; /* monotonic ms */
+  char key[THROTTLE__KEY_MAX + 1];
+};
+
 struct rds {
   /* where */
   char url[512];   /* as given: never printed (it may hold a password) */
@@ -177,6 +187,7 @@ struct rds {
   _Atomic uint64_t poll_until; /* monotonic ms */
   /* held admissions, kept alive by the heartbeat thread */
   struct rds_ticket *held;
+  struct rds_giveback *giveback;
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +162,11 @@ static void rds_close(void *be) {
     r->held = t->next;
     free(t);
   }
+  while (r->giveback != NULL) {
+    struct rds_giveback *g = r->giveback;
+    r->giveback = g->next;
+    free(g);
+  }
   pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
@@ -181,7 +187,49 @@ static unsigned notice(void *be, char *buf, size_t len) {
  * mutex, refreshed without it).  *c is the thread's own connection, kept
  * across rounds (so the first command of a round is sent on a connection
  * that sat idle, and is retried once if the server closed it). */
+/* The give-backs (struct rds_giveback), under r->mu, which is dropped
+ * around each call. */
+static void give_back_round(struct rds *r, redisContext **c) {
+  char pid[16];
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  for (struct rds_giveback **pp = &r->giveback; *pp != NULL;) {
+    struct rds_giveback g = **pp;
+    pthread_mutex_unlock(&r->mu);
+    int done = rds_mono_ms() > g.until;
+    if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
+      char len[16];
+      snprintf(len, sizeof len, "%zu", strlen(g.key));
+      const char *av[] = {"-", "6", "0", pid, "", len, g.token};
+      redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 7, av);
+      if (rep != NULL) {
+        done = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+               rep->element[0]->type == REDIS_REPLY_INTEGER &&
+               rep->element[0]->integer != 1;
+        freeReplyObject(rep);
+      } else if ((*c)->err != 0) {
+        redisFree(*c);
+        *c = NULL;
+      }
+    }
+    pthread_mutex_lock(&r->mu);
+    /* the list only grows at its head meanwhile: find the entry again */
+    while (*pp != NULL && strcmp((*pp)->token, g.token) != 0)
+      pp = &(*pp)->next;
+    if (*pp == NULL)
+      break;
+    if (done) {
+      struct rds_giveback *x = *pp;
+      *pp = x->next;
+      free(x);
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+}
+
 static void beat_round(struct rds *r, redisContext **c) {
+  if (r->giveback != NULL)
+    give_back_round(r, c);
   size_t n = 0;
   for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
     n++;
@@ -260,13 +308,35 @@ static void *beat_main(void *arg) {
   return NULL;
 }
 
+static void start_beat_locked(struct rds *r) {
+  if (!r->beat_running && !r->stopping &&
+      pthread_create(&r->beat, NULL, beat_main, r) == 0)
+    r->beat_running = 1;
+}
+
 static void hold(struct rds *r, struct rds_ticket *t) {
   pthread_mutex_lock(&r->mu);
   t->next = r->held;
   r->held = t;
-  if (!r->beat_running && !r->stopping &&
-      pthread_create(&r->beat, NULL, beat_main, r) == 0)
-    r->beat_running = 1;
+  start_beat_locked(r);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* The enter with this token may have queued or been admitted without its
+ * caller hearing it: given back from the heartbeat thread, for as long as
+ * a waiter or holder record of it could live (liveness: nobody refreshes
+ * it). */
+static void give_back(struct rds *r, const char *key, const char *token) {
+  struct rds_giveback *g = calloc(1, sizeof *g);
+  if (g == NULL)
+    return; /* then liveness reclaims it, as before */
+  snprintf(g->token, sizeof g->token, "%s", token);
+  snprintf(g->key, sizeof g->key, "%s", key);
+  g->until = rds_mono_ms() + r->liveness_ms;
+  pthread_mutex_lock(&r->mu);
+  g->next = r->giveback;
+  r->giveback = g;
+  start_beat_locked(r);
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -509,6 +579,15 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   snprintf(lease, sizeof lease, "%u", r->lease_ms);
   snprintf(live, sizeof live, "%u", r->liveness_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
+  /* This call's token: 64 random bits, and a counter of this process's
+   * calls (never the same twice here; across hosts a clash is 2^-64). */
+  static _Atomic unsigned calls;
+  uint64_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+    rnd = ((uint64_t)getpid() << 32) ^ start ^ (uintptr_t)&rnd;
+  char token[48];
+  snprintf(token, sizeof token, "%016llx.%x", (unsigned long long)rnd,
+           atomic_fetch_add(&calls, 1));
   redisContext *c = rds_get(r);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
@@ -521,16 +600,20 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
-    const char *av[] = {id,    scls, lease, live, r->me,
-                        pid,   nowait ? "1" : "0", left, c429, c503};
-    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 10, av, 4);
-    if (rep == NULL)
+    const char *av[] = {id,  scls,  lease, live,
+                        r->me, pid, nowait ? "1" : "0", left, c429, c503,
+                        token};
+    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 11, av, 4);
+    if (rep == NULL) {
+      give_back(r, key, token);
       return failed(r, c, "enter", key, nowait ? UINT64_MAX : deadline,
                     timeout_ms);
+    }
     int64_t st = elem_int(rep, 0);
     if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
       rds_bad_reply(c, "enter", rep);
       freeReplyObject(rep);
+      give_back(r, key, token);
       return rds_down(r, c, "enter");
     }
     elem_str(rep, 1, id, sizeof id);
@@ -589,25 +672,31 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (sleep_slice(r, &sleep)) {
       /* Give the queue place back at once (a nowait look removes it; if
        * the slot came meanwhile, hand it back). */
-      const char *qv[] = {id,  scls, lease, live, r->me,
-                          pid, "1",  "0",   c429, c503};
-      rep = eval_as(r, c, RDS_ENTER, key, 10, qv, 4);
-      if (rep == NULL)
+      const char *qv[] = {id,  scls, lease, live, r->me, pid,
+                          "1", "0",  c429,  c503, token};
+      rep = eval_as(r, c, RDS_ENTER, key, 11, qv, 4);
+      if (rep == NULL) {
+        give_back(r, key, token);
         return rds_down(r, c, "enter");
+      }
       int granted = elem_int(rep, 0) == 0;
       freeReplyObject(rep);
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
-        if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL)
+        if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL) {
+          give_back(r, key, token);
           return rds_down(r, c, "enter");
+        }
         freeReplyObject(rep);
       }
       rds_put(r, c, 1);
       rds_msg("%s: interrupted by the caller", key);
       return THROTTLE_EINTR;
     }
-    if (rds_blpop(r, c, key, id, sleep, deadline) != 0)
+    if (rds_blpop(r, c, key, id, sleep, deadline) != 0) {
+      give_back(r, key, token); /* its queue place, or a grant meanwhile */
       return failed(r, c, "enter", key, deadline, timeout_ms);
+    }
   }
 }
 

@@ -582,13 +582,46 @@ static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
   close(fds[1]);
 }
 
+/* An enter sent into a stalled Redis runs when it resumes, after its
+ * caller gave up: the admission it grants nobody holds is given back by
+ * the call's token, long before the liveness bound would reclaim it. */
+static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *tb = NULL, *ta = NULL;
+  /* the enter script loaded: the stalled command is its EVALSHA */
+  assert_int_equal(throttle_enter(b, "warm", THROTTLE_CLASS_LIVE, 1000, &tb),
+                   0);
+  assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
+  const char *args[] = {"DEBUG", "SLEEP", "1", NULL};
+  int cli_pid = th_redis_cli(&R, 1, args);
+  assert_true(cli_pid > 0);
+  th_sleep_ms(300); /* the server asleep: 700 ms left */
+  int rc = throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 200, &tb);
+  printf("enter into the stall: %s: %s\n", throttle_err_name(rc),
+         throttle_errmsg(b));
+  if (rc == 0) /* the segment served it */
+    assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap(fx, cli_pid, HANG_GUARD_MS);
+  printf("after the stall: %lld in flight\n",
+         (long long)th_field(a, "k", THROTTLE_FIELD_IN_FLIGHT));
+  /* the liveness bound is 10 s: a phantom would hold the slot past 8 s */
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 8000, &ta), 0);
+  assert_int_equal(th_field(a, "k", THROTTLE_FIELD_RECLAIMS), 0);
+  assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 int main(int argc, char **argv) {
-  (void)argc;
   if (!th_redis_available()) {
     printf("SKIP test_redis_faults: redis-server is not installed\n");
     return 0;
   }
   th_redis_use_module(argv[0]);
+  if (argc > 1) /* one test, or those a pattern names */
+    cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_dead_holder_beneath_pool_poisons_nothing, setup,
@@ -616,6 +649,8 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stalled_enter_leaves_no_phantom, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,7 +104,7 @@ local function share_of()
 end
 
 -- holder value: cls probe concurrent since live_until lease_until lease
--- liveness host pid.  Dead holders go (and the watchers whose liveness
+-- liveness host pid token.  Dead holders go (and the watchers whose liveness
 -- lapsed); dead waiters go when they reach the head of the queue
 -- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
@@ -488,7 +488,7 @@ local pending = nil
 local touched = {[K] = true}
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
--- liveness host pid state).  A head that is gone, canceled or dead is
+-- liveness host pid state token).  A head that is gone, canceled or dead is
 -- taken off the queue on the way (a canceled one keeps its record: its
 -- next look is told).
 local function oldest(cls)
@@ -574,7 +574,8 @@ local function grant(self)
     end
     local lease, live = tonumber(w[3]), tonumber(w[4])
     p('h:' .. id, table.concat({w[1], isprobe, nh, fmt(now),
-      fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6]}, ' '))
+      fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6],
+      w[8] or '-'}, ' '))
     if pending and id == pending[1] then
       pending = nil
     else

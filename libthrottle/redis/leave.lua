@@ -6,10 +6,32 @@
 -- the fence no longer held a slot (lapsed or reclaimed): its report then
 -- only pushes the not-before later; it frees nothing and ends no probe's
 -- episode.  {0} otherwise.
+-- Fence '-' and a token (ARGV 11): the give-back of an enter whose caller
+-- did not hear its answer (the command failed, it may have run since): the
+-- holder of that token leaves (ABANDONED), or its waiter record goes
+-- ({2}), or nothing is found ({1}: it may not have run yet).
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
 local plain = ARGV[9] == 'pub' or heal
 local pub_at = tonumber(ARGV[10] or '') or #NAME
+if id == '-' then
+  local token = ARGV[11] or ''
+  for _, hv in ipairs(holders()) do
+    if words(hv[2])[11] == token then id = hv[1] end
+  end
+  if id == '-' then
+    local ws = redis.call('HGETALL', WI)
+    for i = 1, #ws, 2 do
+      if words(ws[i + 1])[8] == token then
+        redis.call('HDEL', WI, ws[i])
+        redis.call('ZREM', W, ws[i])
+        beneath_del(ws[i])
+        return {2}
+      end
+    end
+    return {1}
+  end
+end
 local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
