@@ -193,7 +193,7 @@ static int result(throttle_t *h, int rc) {
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms) {
   READ_ONLY_STAYS(h);
   CHECK_KEY(h, key);
-  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms, 0));
+  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms, -1));
 }
 
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
@@ -204,7 +204,7 @@ int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
 /* What this host was told and the backend may have lost (a restart, a
  * failover, an outage the segment served): published again before a
  * wait or an admission, on the key and on each of its scopes (where a
- * 429 or a 503 went).  Only ever later there, so it costs nothing when
+ * 429 or a 503 went), unless the backend had the key cleared since.  Only ever later there, so it costs nothing when
  * the backend knows already, and one extra call only while it is pending
  * here. */
 static void heal(throttle_t *h, const char *key) {
@@ -216,8 +216,13 @@ static void heal(throttle_t *h, const char *key) {
     memcpy(name, key, p);
     name[p] = 0;
     uint64_t ms = throttle__segment_remaining(h, name);
-    if (ms > 0)
-      (void)h->be->ops->backoff(h->be->state, name, ms, 1);
+    /* a copy older than a clear or reset on the backend (from any host)
+     * is dropped, not published again */
+    if (ms > 0 &&
+        h->be->ops->backoff(h->be->state, name, ms,
+                            (int64_t)throttle__segment_published_ago(
+                                h, name)) == THROTTLE_ESTALE)
+      throttle__segment_forget(h, name);
     if (end == 0)
       return;
   }

@@ -68,10 +68,13 @@ struct throttle__backend {
               size_t msglen);
   void (*close)(void *be);
   const char *(*errmsg)(void *be);
-  /* heal: what this host's segment knows, published again (backend.c
-   * heal()): a not-before the backend already has (give or take a round
-   * trip) is left alone and nothing is counted. */
-  int (*backoff)(void *be, const char *key, uint64_t delay_ms, int heal);
+  /* heal_age_ms >= 0: what this host's segment knows, published again
+   * (backend.c heal()), published that long ago by this host's clock: a
+   * not-before the backend already has (give or take a round trip) is left
+   * alone and nothing is counted, and THROTTLE_ESTALE says the key was
+   * cleared since (the host drops its copy).  -1: a plain publish. */
+  int (*backoff)(void *be, const char *key, uint64_t delay_ms,
+                 int64_t heal_age_ms);
   int (*remaining)(void *be, const char *key, uint64_t *ms_left);
   int (*wait)(void *be, const char *key, uint64_t timeout_ms);
   /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
@@ -127,6 +130,10 @@ struct throttle__be;
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
 /* backoff.c: the segment's own ms left for key (0 = open). */
 uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
+/* backoff.c: how long ago the segment's back-off of key was published
+ * (ms, 0 = none), and the copy dropped (cleared on the backend since). */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key);
+void throttle__segment_forget(throttle_t *h, const char *key);
 /* backoff.c: the segment still admits or queues callers of key. */
 bool throttle__segment_busy(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);

@@ -420,18 +420,26 @@ static int call(struct rds *r, enum rds_script s, const char *key, int argc,
 }
 
 static int rds_backoff(void *be, const char *key, uint64_t delay_ms,
-                       int heal) {
+                       int64_t heal_age_ms) {
   struct rds *r = be;
-  char ms[24], pid[16];
+  char ms[24], pid[16], len[24], age[24];
   /* The leave script with fence 0 (no admission) and 'pub' (or 'heal'):
    * it publishes and frees nothing. */
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)delay_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {"0", "1", ms, pid, heal ? "heal" : "pub"};
+  snprintf(len, sizeof len, "%zu", strlen(key));
+  snprintf(age, sizeof age, "%lld", (long long)heal_age_ms);
+  const char *av[] = {"0", "1", ms, pid, heal_age_ms >= 0 ? "heal" : "pub",
+                      len, age};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, key, 5, av, 1, &rep);
-  if (rc == 0)
+  int rc = call(r, RDS_LEAVE, key, 7, av, 1, &rep);
+  if (rc == 0) {
+    if (heal_age_ms >= 0 && elem_int(rep, 0) == 3) {
+      rds_msg("%s: cleared since this host was told", key);
+      rc = THROTTLE_ESTALE;
+    }
     freeReplyObject(rep);
+  }
   return rc;
 }
 

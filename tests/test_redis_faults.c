@@ -518,6 +518,35 @@ static void test_redis_faults_restart_heartbeat_registers_holders_again(
   throttle_close(b);
 }
 
+/* A clear (or reset) on one host is not undone by another host's healing:
+ * its copy of the back-off, published before the clear, is dropped, not
+ * published again, and its callers go through. */
+static void test_redis_faults_clear_on_one_host_not_healed_back(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  for (int reset = 0; reset < 2; reset++) {
+    assert_int_equal(throttle_backoff(a, "ws/k", TH_LONG_MS), 0);
+    assert_true(th_remaining(b, "ws/k") > 0);
+    assert_int_equal(reset ? throttle_reset(b) : throttle_clear(b, "ws/k"),
+                     0);
+    /* a's next calls heal from its segment: the copy is older */
+    assert_int_equal(throttle_wait(a, "ws/k", 1000), 0);
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(throttle_try_enter(a, "ws/k", THROTTLE_CLASS_LIVE, &t,
+                                        NULL),
+                     0);
+    assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+    assert_int_equal(th_remaining(b, "ws/k"), 0);
+  }
+  /* a back-off told after the clear and lost by Redis still heals */
+  assert_int_equal(throttle_backoff(a, "ws/k", TH_LONG_MS), 0);
+  cli("FLUSHALL", NULL, NULL, NULL, NULL);
+  assert_int_equal(throttle_wait(a, "ws/k", 0), THROTTLE_ETIMEDOUT);
+  assert_true(th_remaining(b, "ws/k") > 0);
+  throttle_close(b);
+}
+
 /* ---- time --------------------------------------------------------------- */
 
 /* A stall longer than the caller's timeout, while the caller waits in
@@ -646,6 +675,9 @@ int main(int argc, char **argv) {
           test_redis_faults_heartbeat_keeps_every_holding, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_restart_heartbeat_registers_holders_again, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_clear_on_one_host_not_healed_back, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),

@@ -10,6 +10,7 @@
 -- did not hear its answer (the command failed, it may have run since): the
 -- holder of that token leaves (ABANDONED), or its waiter record goes
 -- ({2}), or nothing is found ({1}: it may not have run yet).
+-- 'heal' answers {3} for a copy older than the key's last clear.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
 local plain = ARGV[9] == 'pub' or heal
@@ -58,8 +59,14 @@ if publish_it then
   if ms == 0 and not plain then ms = DEFAULT_DELAY end
   if heal then
     -- what another host's segment knew: only a not-before Redis lost
-    -- (later than its own by more than a round trip), counted nowhere
+    -- (later than its own by more than a round trip), counted nowhere,
+    -- and never one published before the key's last clear or reset
+    -- (ARGV 11: how long ago it was published, by that host's clock)
     if ms > MAXD then ms = MAXD end
+    local age = tonumber(ARGV[11] or '') or 0
+    if g('cleared') > 0 and now - age <= g('cleared') then
+      return {3}
+    end
     if now + ms > clamp_nb() + 1000 then p('nb', now + ms); p('episode', 1) end
   elseif pub_at >= #NAME or not scope_publish(ms, pid, pub_at) then
     publish(ms, pid)
