@@ -261,9 +261,11 @@ enum {
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);
 
-/* Share keys across hosts: "redis://[:PASSWORD@]HOST[:PORT][/DB]",
- * "unix:///PATH/redis.sock[?db=N]", or "shm" (the host's segment alone,
- * the default).  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
+/* Share keys across hosts: "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"
+ * (HOST a name, an address or [IPv6]),
+ * "unix://[[USER]:PASSWORD@]/PATH/redis.sock[?db=N]", or "shm" (the host's
+ * segment alone, the default).  Not supported, and refused by
+ * throttle_open(): "rediss://" (no TLS in this build), a Redis Cluster.  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
  * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
  * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
  * libthrottle, or the loader's search path.  The segment stays open: while
@@ -315,7 +317,9 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
- * or a warning about an invalid environment variable; otherwise "".
+ * or a warning about an invalid environment variable or about the
+ * backend's setup (a Redis that may evict keys, blocking commands
+ * refused); otherwise "".
  * throttle_errmsg(NULL) gives the message of a throttle_open() that failed
  * in this thread without a handle (THROTTLE_NO_FALLBACK, or THROTTLE_ENOMEM
  * when not even the private fallback could be made).  Never

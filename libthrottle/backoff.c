@@ -98,6 +98,35 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
   return ms_left(h, nb, throttle__now_ns());
 }
 
+/* How long ago (ms) the segment's back-off of key was published, as its
+ * record tells (the not-before less the last delay); 0 when none. */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+    return 0;
+  uint64_t now = throttle__now_ns(), ago = 0;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL) {
+    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+    uint64_t d = sat_mul_ms(r->last_delay_ms);
+    uint64_t pub = nb > d ? nb - d : 0;
+    ago = nb != 0 && now > pub ? (now - pub) / THROTTLE__NS_PER_MS : 0;
+  }
+  throttle__unlock(h);
+  return ago;
+}
+
+static int segment_clear(throttle_t *h, const char *key, size_t len);
+
+/* The segment's copy of key's back-off dropped: the backend had it cleared
+ * after it was published, so healing must not bring it back. */
+void throttle__segment_forget(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) == 0)
+    (void)segment_clear(h, key, len);
+}
+
 /* Has the segment admitted or queued a caller of key that is still there
  * (reaped of the dead first)?  Only during and just after a backend
  * outage: while the backend serves, the segment's gate for a key is
@@ -398,7 +427,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   }
   if ((rc = throttle__key_syntax(h, key, len)) != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, &timeout_ms));
   uint64_t nb, start = 0;
   struct throttle__rec *r = NULL;
   for (bool waited = true; waited;) {

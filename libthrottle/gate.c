@@ -560,7 +560,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   t->rec = rec_guess(h, key);
   t->be = NULL;
   if (h->be != NULL) {
-    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+    rc = throttle__be_enter(h, key, cls, &timeout_ms, nowait, &t->be,
                             &t->probe, wait_ms);
     if (rc == 0) {
       *out = t;
