@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "internal.h" /* the segment mutex, for the lock-timeout test */
+
 #define MAX_ARGS 40
 /* Ends the argument lists of ctl() and ctl_spawn(). */
 #define END ((const char *)NULL)
@@ -604,6 +606,45 @@ static void test_throttlectl_clear_unknown_key_exits_1(void **state) {
   assert_non_null(strstr(r.err, "no such key"));
   result_free(&r);
   assert_status(&r, ctl(&r, s->name, "show", "unknown", END), 1);
+  result_free(&r);
+}
+
+/* Another process holds the segment mutex and never lets go (stopped):
+ * every command that needs the mutex ends with the library's lock
+ * timeout, which is transient (75): the holder may be a slow process, or
+ * a dead one the next try repairs. */
+static void test_throttlectl_lock_timeout_exits_75(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "backoff", "k", "1", END), 0);
+  result_free(&r);
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    throttle_config_t *cfg = throttle_config_new();
+    throttle_t *h = NULL;
+    if (cfg == NULL || throttle_config_set_segment(cfg, s->name) != 0 ||
+        throttle_open(cfg, &h) != 0 || !throttle_is_shared(h) ||
+        pthread_mutex_lock(&h->hdr->mutex) != 0)
+      _exit(1);
+    (void)!write(ready[1], "x", 1);
+    for (;;)
+      pause(); /* killed by the parent */
+  }
+  close(ready[1]);
+  char x;
+  bool held = read(ready[0], &x, 1) == 1;
+  close(ready[0]);
+  if (held) {
+    (void)ctl(&r, s->name, "backoff", "k", "5", END);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  assert_true(held);
+  assert_status(&r, r.status, 75);
+  assert_non_null(strstr(r.err, "mutex"));
   result_free(&r);
 }
 
@@ -1371,6 +1412,7 @@ int main(void) {
       T(test_throttlectl_clear_releases_waiter),
       T(test_throttlectl_reset_opens_every_key),
       T(test_throttlectl_clear_unknown_key_exits_1),
+      T(test_throttlectl_lock_timeout_exits_75),
       T(test_throttlectl_usage_errors_exit_64),
       T(test_throttlectl_set_bad_values_exit_64),
       T(test_throttlectl_set_max_parallel_fixed_then_auto),

@@ -134,8 +134,12 @@ struct ctx {
 /* "throttlectl: " + message + newline on stderr. */
 void ctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A library failure on c->h: say it with the segment name, and return the
- * exit status for it (EKEY 64, ETIMEDOUT 75, else 1). */
+ * exit status for it (ctl_exit_for()). */
 int ctl_lib_fail(struct ctx *c, int rc);
+/* The exit status for a library code: 0 for 0, 64 for EKEY, 75 for the
+ * transient ones (ETIMEDOUT, ELOCKTIMEOUT, EINITTIMEOUT, EWOULDBLOCK: the
+ * same call may succeed later), 1 for the rest. */
+int ctl_exit_for(int rc);
 
 /* ---- parsing (throttlectl.c) ------------------------------------------ */
 

@@ -91,7 +91,9 @@ int ctl_open_segment(struct ctx *c) {
       ctl_say("%.*s", (int)n, msg);
     else
       ctl_say("%s: %.*s", c->segname, (int)n, msg);
-    return XIT_FAIL;
+    /* A segment another process is creating or holds locked is a
+     * segment to try again (75); a foreign or damaged one is not. */
+    return rc != 0 && ctl_exit_for(rc) == XIT_TEMP ? XIT_TEMP : XIT_FAIL;
   }
   if (*msg != 0) /* e.g. an invalid $THROTTLE_KEYS, replaced by the default */
     ctl_say("warning: %s: %s", c->segname, msg);

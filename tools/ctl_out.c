@@ -50,11 +50,23 @@ int ctl_lib_fail(struct ctx *c, int rc) {
     ctl_say("%s", msg);
   else
     ctl_say("%s: %s", c->segname, msg);
-  if (rc == THROTTLE_EKEY)
+  return ctl_exit_for(rc);
+}
+
+int ctl_exit_for(int rc) {
+  switch (rc) {
+  case 0:
+    return XIT_OK;
+  case THROTTLE_EKEY:
     return XIT_USAGE;
-  if (rc == THROTTLE_ETIMEDOUT)
+  case THROTTLE_ETIMEDOUT:     /* a deadline the caller set */
+  case THROTTLE_ELOCKTIMEOUT:  /* another process holds the segment mutex */
+  case THROTTLE_EINITTIMEOUT:  /* another process is creating the segment */
+  case THROTTLE_EWOULDBLOCK:
     return XIT_TEMP;
-  return XIT_FAIL;
+  default:
+    return XIT_FAIL;
+  }
 }
 
 /* ---- durations, rates, classes ---------------------------------------- */
