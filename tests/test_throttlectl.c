@@ -424,6 +424,55 @@ static void test_throttlectl_backoff_accepts_decimal_seconds(void **state) {
   result_free(&r);
 }
 
+/* One duration syntax wherever a length of time is taken: RETRY_AFTER,
+ * --timeout, max-delay, the PERIOD of --rate; refused with the reason. */
+static void test_throttlectl_durations_everywhere(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  static const struct {
+    const char *key, *given;
+    long long ms;
+  } backoffs[] = {{"d1", "1.5s", 1500}, {"d2", "250ms", 250},
+                  {"d3", "2m", 120000}, {"d4", "1m30s", 90000},
+                  {"d5", "7", 7000}};
+  for (size_t i = 0; i < sizeof backoffs / sizeof backoffs[0]; i++) {
+    assert_status(&r,
+                  ctl(&r, s->name, "backoff", backoffs[i].key,
+                      backoffs[i].given, END),
+                  0);
+    result_free(&r);
+    assert_status(&r, ctl(&r, s->name, "show", backoffs[i].key, "--json", END),
+                  0);
+    assert_int_equal(json_int(r.out, "last_delay_ms"), backoffs[i].ms);
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "wait", "d3", "--timeout", "100ms", END),
+                75);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "max-delay", "1h", END), 0);
+  assert_string_equal(r.out, "3600.000\n");
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "max-delay", "8d", END), 64);
+  assert_non_null(strstr(r.err, "out of range"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "set", "d1", "--rate", "10/1m30s", END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "d1", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "rate_period_ms"), 90000);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "wait", "d1", "--timeout", "5x", END), 64);
+  assert_non_null(strstr(r.err, "--timeout: '5x' is not a duration: unknown "
+                                "unit 'x'"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "backoff", "d1", "1h30", END), 64);
+  assert_non_null(strstr(r.err, "'30' needs a unit"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "watch", "--interval", "1 s", END), 64);
+  assert_non_null(strstr(r.err, "no spaces"));
+  result_free(&r);
+}
+
 static void test_throttlectl_ls_table_lists_key(void **state) {
   struct seg *s = *state;
   struct result r;
@@ -709,12 +758,12 @@ static void test_throttlectl_set_bad_values_exit_64(void **state) {
       {"set", "k", "--rate", "5/0ms", NULL},
       {"set", "k", "--rate", "x/1s", NULL},
       {"set", "k", "--rate", "0/1s", NULL},
-      {"set", "k", "--rate", "5/1d", NULL},
+      {"set", "k", "--rate", "5/1w", NULL},
       {"set", "k", "--rate", "5/8785h", NULL}, /* 366 days and an hour */
       {"set", "k", "--rate", "2000000/1s", NULL},
       {"set", "k", "--rate", "/1s", NULL},
       {"set", "k", "--rate", "5/", NULL},
-      {"set", "k", "--rate", "5/1.5ms", NULL},
+      {"set", "k", "--rate", "5/1.5us", NULL},
       {"set", "k", "--backfill-share", "1.5", NULL},
       {"set", "k", "--backfill-share", "-0.5", NULL},
       {"set", "k", "--backfill-share", "half", NULL},
@@ -1361,7 +1410,7 @@ static void test_throttlectl_help_and_version(void **state) {
   assert_non_null(strstr(r.out, "backoff KEY RETRY_AFTER"));
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "wait", "--help", END), 0);
-  assert_non_null(strstr(r.out, "--timeout SEC"));
+  assert_non_null(strstr(r.out, "--timeout DURATION"));
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "--help", END), 0);
   const char *cmds[] = {"set KEY", "pause KEY", "resume KEY", "cancel KEY",
@@ -1403,6 +1452,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_throttlectl_backoff_then_show_json),
       T(test_throttlectl_backoff_accepts_decimal_seconds),
+      T(test_throttlectl_durations_everywhere),
       T(test_throttlectl_ls_table_lists_key),
       T(test_throttlectl_ls_without_keys_prints_only_header),
       T(test_throttlectl_ls_json_parses),

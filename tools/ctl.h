@@ -7,7 +7,8 @@
  * tables); ctl_keys.c `ls` and `show`; ctl_backoff.c `backoff`, `wait`,
  * `clear`, `reset` and `max-delay`; ctl_control.c `set`, `pause`,
  * `resume` and `cancel`; ctl_run.c `run`; ctl_http.c `http`; ctl_check.c
- * the checks of option values; ctl_segments.c `segments` and read-only
+ * the checks of option values; ctl_duration.c the one duration
+ * syntax; ctl_segments.c `segments` and read-only
  * opening; ctl_watch.c `watch`; ctl_metrics.c `metrics`.  Names shared
  * between these files start with ctl_.
  */
@@ -147,9 +148,15 @@ int ctl_exit_for(int rc);
  * and XIT_USAGE to return. */
 int ctl_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Seconds as "N" or "N.F" to milliseconds, rounded up, saturating.
- * Returns 0, or -1 when s is not such a number. */
-int ctl_parse_seconds(const char *s, uint64_t *ms);
+/* ctl_duration.c: a duration ("30" seconds, "250ms", "1.5s", "5m",
+ * "1h30m", "2d") to milliseconds, rounded up, saturating.  Returns 0, or
+ * -1 with what is wrong in why (len bytes; may be NULL). */
+int ctl_parse_duration(const char *s, uint64_t *ms, char *why, size_t len);
+/* The same for an argument: a usage error naming what ("--timeout") and
+ * saying why unless it is a duration from min_ms to max_ms (UINT64_MAX:
+ * no bound).  Returns 0 or XIT_USAGE. */
+int ctl_check_duration(struct ctx *c, const char *what, const char *s,
+                       uint64_t min_ms, uint64_t max_ms, uint64_t *ms);
 /* A whole number of digits only, min..max.  Returns 0 or -1. */
 int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Checks of the options set, run and http share; each returns 0 or

@@ -37,11 +37,10 @@ int ctl_check_watch(struct ctx *c) {
   const char *v = c->opt[OPT_INTERVAL];
   c->interval_ms = INTERVAL_DEFAULT_MS;
   if (v != NULL) {
-    if (ctl_parse_seconds(v, &c->interval_ms) != 0)
-      return ctl_usage_error(c->cmd,
-                             "--interval must be a number of seconds such as "
-                             "1 or 0.5, not '%s'",
-                             v);
+    int rc = ctl_check_duration(c, "--interval", v, 0, UINT64_MAX,
+                                &c->interval_ms);
+    if (rc != 0)
+      return rc;
     if (c->interval_ms < INTERVAL_MIN_MS) {
       ctl_warn_clamped("watch: --interval", v, "the minimum, 0.1 s, is used");
       c->interval_ms = INTERVAL_MIN_MS;
