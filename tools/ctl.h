@@ -211,6 +211,12 @@ void ctl_json_key(FILE *f, const char *key);
 void ctl_warn_clamped(const char *what, const char *given, const char *used);
 /* "live", "backfill". */
 const char *ctl_class_name(throttle_class_t cls);
+/* The name of process pid on this host (/proc/PID/comm), made safe for a
+ * terminal, into buf; "" when it cannot be read (gone, hidden, another
+ * PID namespace's pid).  A pid reused since it was recorded names the
+ * new process: a hint for an operator, never evidence of who holds. */
+#define CTL_COMM_MAX 64
+const char *ctl_comm(int64_t pid, char *buf, size_t len);
 
 /* A text table: cells are copied; widths come from the data.  The first
  * row is the header.  Columns are separated by two spaces; the last column
@@ -232,6 +238,9 @@ void ctl_table_free(struct ctl_table *t);
 struct ctl_key {
   char key[KEY_MAX + 1];
   int64_t f[THROTTLE_FIELD_COUNT_];
+  /* Its holders as "PID COMM" (this host) or "PID@HOST", comma-separated,
+   * "+N" for those that did not fit; "-" for none. */
+  char holders[128];
 };
 struct ctl_keys {
   struct ctl_key *v; /* in key order */

@@ -6,9 +6,11 @@
  */
 #include "ctl.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- messages --------------------------------------------------------- */
 
@@ -379,4 +381,26 @@ void ctl_table_free(struct ctl_table *t) {
   for (size_t i = 0; i < t->nrows * (size_t)t->ncols; i++)
     free(t->cells[i]);
   free(t->cells);
+}
+
+/* ---- processes -------------------------------------------------------- */
+
+/* /proc/PID/comm, the name the kernel keeps (at most 15 bytes, set by the
+ * process itself, so shown through ctl_key_text()). */
+const char *ctl_comm(int64_t pid, char *buf, size_t len) {
+  char path[64], raw[32];
+  buf[0] = 0;
+  if (pid <= 0 || pid > INT32_MAX)
+    return buf;
+  snprintf(path, sizeof path, "/proc/%lld/comm", (long long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return buf;
+  ssize_t n = read(fd, raw, sizeof raw - 1);
+  close(fd);
+  if (n <= 0)
+    return buf;
+  raw[n] = 0;
+  raw[strcspn(raw, "\n")] = 0;
+  return ctl_key_text(raw, buf, len);
 }

@@ -122,15 +122,16 @@ enum {
   W_ADMIT,
   W_LOCKED,
   W_STATE,
+  W_HOLDERS,
   W_NCOLS
 };
 #define CELL 128
 
-static const char *const w_head[W_NCOLS] = {"KEY",   "LEFT",    "FLIGHT",
-                                            "WAIT",  "ADMIT/s", "REFUSED/s",
-                                            "ADMIT", "LOCKED",  "STATE"};
-static const bool w_right[W_NCOLS] = {false, true, true, true, true,
-                                      true,  true, true, false};
+static const char *const w_head[W_NCOLS] = {
+    "KEY",   "LEFT",   "FLIGHT", "WAIT",   "ADMIT/s", "REFUSED/s",
+    "ADMIT", "LOCKED", "STATE",  "HOLDERS"};
+static const bool w_right[W_NCOLS] = {false, true, true, true,  true,
+                                      true,  true, true, false, false};
 
 /* Per second between two readings of a counter; "-" without a previous
  * one (first frame, or a key new since), and "-" when the counter went
@@ -166,6 +167,7 @@ static void cells(const struct ctl_key *w, const struct ctl_key *prev,
   snprintf(out[W_ADMIT], CELL, "%lld", (long long)f[THROTTLE_FIELD_ADMITTED]);
   snprintf(out[W_LOCKED], CELL, "%lld", (long long)f[THROTTLE_FIELD_LOCKED]);
   ctl_state_text(f, out[W_STATE], CELL);
+  snprintf(out[W_HOLDERS], CELL, "%s", w->holders);
 }
 
 /* ---- drawing ---------------------------------------------------------- */

@@ -104,8 +104,10 @@ static const char *const metrics_help[OPT_COUNT_] = {
 
 static const struct command commands[] = {
     {.name = "ls",
-     .args = "",
-     .summary = "every key: back-off, in flight/cap, waiters, counters",
+     .args = "[PATTERN...]",
+     .summary = "every key (or those matching a PATTERN, e.g. 'hotdata:*'): "
+                "back-off, in flight/cap, waiters, counters",
+     .max_args = INT_MAX,
      .opts = OPT(OPT_JSON),
      .open = OPEN_READ,
      .run = ctl_cmd_ls},
