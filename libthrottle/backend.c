@@ -122,6 +122,8 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   else
     snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
+  /* The module's warnings (its environment), told as the core's are. */
+  snprintf(h->open_msg, sizeof h->open_msg, "%s", why);
   return 0;
 }
 

@@ -8,7 +8,7 @@
  * `clear`, `reset` and `max-delay`; ctl_control.c `set`, `pause`,
  * `resume` and `cancel`; ctl_run.c `run`; ctl_http.c `http`; ctl_check.c
  * the checks of option values; ctl_duration.c the one duration
- * syntax; ctl_segments.c `segments` and read-only
+ * syntax; ctl_env.c the environment; ctl_segments.c `segments` and read-only
  * opening; ctl_watch.c `watch`; ctl_metrics.c `metrics`.  Names shared
  * between these files start with ctl_.
  */
@@ -230,6 +230,16 @@ struct ctl_table {
 int ctl_table_add(struct ctl_table *t, char *const *row); /* 0 or -1 */
 void ctl_table_print(FILE *f, const struct ctl_table *t, const char *indent);
 void ctl_table_free(struct ctl_table *t);
+
+/* ---- the environment (ctl_env.c) --------------------------------------- */
+
+/* Every variable libthrottle or throttlectl reads, NULL-terminated. */
+struct ctl_env {
+  const char *name, *meaning;
+};
+extern const struct ctl_env ctl_env_vars[];
+/* A warning for each THROTTLE_* variable set that nothing reads. */
+void ctl_env_check(void);
 
 /* ---- commands in their own files -------------------------------------- */
 

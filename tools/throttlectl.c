@@ -317,6 +317,10 @@ static void help_main(FILE *f) {
              "  -h, --help      this help; COMMAND --help for one command\n"
              "  --version       print the version\n"
              "\nDURATION: 30 (seconds), 1.5s, 250ms, 5m, 1h30m, 2d\n"
+             "\nenvironment:\n");
+  for (const struct ctl_env *v = ctl_env_vars; v->name != NULL; v++)
+    fprintf(f, "  %-26s %s\n", v->name, v->meaning);
+  fprintf(f,
              "\nexit status: 0 success, 1 failure, 64 usage error, "
              "75 still closed, locked or\ntransient (timeout, retries "
              "spent); run: CMD's own status otherwise\n");
@@ -576,6 +580,7 @@ static int run(int argc, char **argv) {
   }
   if (i >= argc)
     return ctl_usage_error(NULL, "no command given");
+  ctl_env_check();
   c.cmd = find_command(argv[i]);
   if (c.cmd == NULL)
     return ctl_usage_error(NULL, "unknown command '%s'", argv[i]);
