@@ -54,7 +54,7 @@ CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/settings.c libthrottle/fault.c \
             libthrottle/backend.c
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
-            libthrottle/backend.h
+            libthrottle/backend.h libthrottle/env.h
 
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.

@@ -317,9 +317,10 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
- * or a warning about an invalid environment variable or about the
- * backend's setup (a Redis that may evict keys, blocking commands
- * refused); otherwise "".
+ * or warnings about environment variables it could not use (each with its
+ * value, range and the value used instead, the backend module's too) and
+ * about the backend's setup (a Redis that may evict keys, blocking
+ * commands refused); otherwise "".
  * throttle_errmsg(NULL) gives the message of a throttle_open() that failed
  * in this thread without a handle (THROTTLE_NO_FALLBACK, or THROTTLE_ENOMEM
  * when not even the private fallback could be made).  Never
