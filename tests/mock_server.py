@@ -449,6 +449,11 @@ class Handler(BaseHTTPRequestHandler):
                 t.end_load()
                 w.end_load()
                 st.c["loads_ok"] += 1
+        self.load_done(t, name, raw)
+
+    def load_done(self, t, name, raw):
+        """The answer to a load that ran (a subclass speaking another
+        dialect of the API answers in its own shape)."""
         self.answer(200, {"loaded": len(raw), "table": name})
 
     def admin(self, what, raw):
@@ -538,8 +543,13 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(handler=None, options=None, doc=None, setup=None):
+    """Parse the command line and serve.  handler: the request handler
+    class (default Handler); options(ap): adds a dialect's own options;
+    setup(server): gives the server a dialect's own state; doc: the
+    module docstring --help starts with."""
+    handler = handler or Handler
+    ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
@@ -562,13 +572,17 @@ def main():
                     help="answer every load 429 OVERLOADED for the first S "
                          "seconds")
     ap.add_argument("--verbose", action="store_true")
+    if options is not None:
+        options(ap)
     args = ap.parse_args()
     if args.concurrency < 1:
         ap.error("--concurrency must be at least 1")
 
-    srv = Server((args.host, args.port), Handler)
+    srv = Server((args.host, args.port), handler)
     srv.args = args
     srv.state = State(args)
+    if setup is not None:
+        setup(srv)
 
     def stop(signum, frame):
         threading.Thread(target=srv.shutdown, daemon=True).start()

@@ -29,6 +29,7 @@ from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
 from ._admission import Admission, StaleAdmissionWarning
 from ._throttle import FallbackWarning, Throttle
 from ._http import TransportError, default_throttle, request, run
+from .instrument import NotAdmitted, Rule, instrument, uninstrument
 
 # One module attribute per C error code: libthrottle.EFULL, ...
 globals().update({cls.__name__: cls for cls in ERRORS.values()})
@@ -60,4 +61,5 @@ __all__ = ["Throttle", "Admission", "Outcome", "Error", "PermanentError",
            "TransportError",
            "classify", "parse_retry_after", "request", "run",
            "default_throttle", "unlink", "version", "ERRORS",
-           "HAVE_INTERRUPT"] + [cls.__name__ for cls in ERRORS.values()]
+           "HAVE_INTERRUPT", "instrument", "uninstrument", "Rule",
+           "NotAdmitted"] + [cls.__name__ for cls in ERRORS.values()]
