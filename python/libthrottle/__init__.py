@@ -29,7 +29,8 @@ from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
 from ._admission import Admission, StaleAdmissionWarning
 from ._throttle import FallbackWarning, Throttle
 from ._http import TransportError, default_throttle, request, run
-from .instrument import NotAdmitted, Rule, instrument, uninstrument
+from . import instrument  # a module, and called: instrument.instrument()
+from .instrument import NotAdmitted, Rule, uninstrument
 
 # One module attribute per C error code: libthrottle.EFULL, ...
 globals().update({cls.__name__: cls for cls in ERRORS.values()})

@@ -52,7 +52,9 @@ admitted request happen inside its admission.
 import inspect
 import io
 import re
+import sys
 import threading
+import types
 
 from ._base import _key
 from ._http import default_throttle, run
@@ -233,7 +235,7 @@ def instrument(rules, throttle=None):
     Throttle (default: the process's shared one, opened on first use).
     Calling it again replaces the rules.  Returns a dict of counters
     (admitted, resent, passed_once, not_admitted) that grows as requests
-    go through.  Raises ImportError when urllib3 is not installed."""
+    go through, new with each call.  Raises ImportError when urllib3 is not installed."""
     rules = parse_rules(rules)
     if throttle is not None and not isinstance(throttle, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
@@ -241,9 +243,8 @@ def instrument(rules, throttle=None):
     with _lock:
         _state["rules"], _state["throttle"] = rules, throttle
         _state["caps"] = set()
-        if _state["stats"] is None:
-            _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
-                                   not_admitted=0)
+        _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
+                               not_admitted=0)
         if _state["orig"] is None:
             orig = cp.HTTPConnectionPool.urlopen
             _state["orig"] = orig
@@ -389,3 +390,15 @@ def _from_environment():
     rules = [r for r in spec.splitlines() if r.strip()]
     if rules:
         instrument(rules)
+
+
+class _Module(types.ModuleType):
+    """libthrottle.instrument is this module and, called, instrument():
+    `libthrottle.instrument(["hotdata"])` and
+    `import libthrottle.instrument as i; i.Rule` both work."""
+
+    def __call__(self, rules, throttle=None):
+        return instrument(rules, throttle)
+
+
+sys.modules[__name__].__class__ = _Module
