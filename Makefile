@@ -237,6 +237,15 @@ bench: all $(BENCHES)
 	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key >$(B)/bench/scope-key.txt 2>&1; head -n 1 $(B)/bench/scope-key.txt
 	@B=$(B) sh tests/test_scope_fleet.sh >$(B)/bench/scope-scoped.txt 2>&1; head -n 1 $(B)/bench/scope-scoped.txt
 
+# Real dlt pipelines through the unmodified hotdata-dlt-destination into
+# the Hotdata mock, plain and under python -m libthrottle.run, in the venv
+# tools/venv.sh makes (PyPI needed once).  DLT_BENCH_ARGS passes options
+# (--jobs, --retry-after, --service-ms, --only SCENARIO).
+DLT_BENCH_ARGS ?=
+.PHONY: dlt-bench
+dlt-bench: all
+	@py=$$(B=$(B) sh tools/venv.sh) && B=$(B) "$$py" bench/dlt_bench.py $(DLT_BENCH_ARGS)
+
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
 

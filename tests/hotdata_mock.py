@@ -13,10 +13,15 @@ once.
 
     python3 tests/hotdata_mock.py --port 0 --port-file PATH
         [every mock_server.py option] [--database ID]...
+        [--declare SCHEMA.TABLE]...
 
 --database ID: a database that exists from the start (id ID, its
-connection "conn_ID", schema "public"), for pipelines that pin
-database_id so that several of them write the same tables.
+connection "conn_ID"), for pipelines that pin database_id so that several
+of them write the same tables; --declare: a table each of them has
+declared from the start, as after a pipeline's first run (two first runs
+at once both declare a missing table, and the second is answered 409
+CONFLICT, which hotdata-dlt-destination 0.17 takes as terminal).  Both
+survive /admin/reset.
 
 Routes (what the SDK sends; answers in the SDK's models' shapes)
   POST /v1/databases                       create (201), tables declared
@@ -65,8 +70,9 @@ def now_iso():
 class Hotdata:
     """Databases, uploads and query runs; guarded by the State's lock."""
 
-    def __init__(self, seeded):
+    def __init__(self, seeded, declared):
         self.seeded = list(seeded)
+        self.declared = [d.split(".", 1) for d in declared]
         self.reset()
 
     def reset(self):
@@ -78,7 +84,8 @@ class Hotdata:
         self.c = dict(databases=0, declared=0, uploads=0, finalized=0,
                       queries=0, replays=0, unknown=0)
         for db in self.seeded:
-            self.create(db, db, [])
+            self.create(db, db, [{"name": s, "tables": [{"name": t}]}
+                                 for s, t in self.declared])
 
     def create(self, db_id, name, schemas):
         conn = "conn_" + db_id
@@ -311,10 +318,17 @@ def options(ap):
     ap.add_argument("--database", action="append", default=[], metavar="ID",
                     help="a database that exists from the start "
                          "(repeatable)")
+    ap.add_argument("--declare", action="append", default=[],
+                    metavar="SCHEMA.TABLE",
+                    help="a table the --database databases have declared "
+                         "from the start (repeatable)")
 
 
 def setup(srv):
-    srv.hotdata = Hotdata(srv.args.database)
+    for d in srv.args.declare:
+        if "." not in d.strip("."):
+            raise SystemExit("--declare takes SCHEMA.TABLE: %r" % d)
+    srv.hotdata = Hotdata(srv.args.database, srv.args.declare)
 
 
 if __name__ == "__main__":

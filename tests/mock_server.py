@@ -42,6 +42,8 @@ API
                              defaults to --retry-after; null sends none.
   POST /admin/hold           {"table": t, "ms": N} (optional "workspace"):
                              lock t for N ms from now (answers at once).
+  POST /admin/release        {"table": t} (optional "workspace"): end t's
+                             hold now.
   POST /admin/concurrency    {"n": N}: tables without their own admit N loads
                              at once; {"table": t, "n": N} (optional
                              "workspace": ws): t admits N.  N >= 1.  Loads in
@@ -487,6 +489,14 @@ class Handler(BaseHTTPRequestHandler):
                 t = st.table(ws, name)
                 t.held_until = max(t.held_until, time.monotonic() + ms / 1000.0)
             return self.answer(200, {"table": name, "ms": ms})
+        if what == "release":
+            name = obj.get("table")
+            if not isinstance(name, str) or not name:
+                return self.error(400, "BAD_REQUEST",
+                                  'expected {"table": "..."}')
+            with st.lock:
+                st.table(ws, name).held_until = 0.0
+            return self.answer(200, {"table": name})
         if what == "concurrency":
             name, n = obj.get("table"), obj.get("n")
             if not (name is None or (isinstance(name, str) and name)) or \

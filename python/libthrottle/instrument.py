@@ -35,7 +35,11 @@ learns it from the server's lock answers), retries=N (re-sends, default
 host=HOST[:PORT] (only this host).
 Presets: "hotdata" — the Hotdata API's table loads,
 POST /v1/connections/{connection}/schemas/{schema}/tables/{table}/loads
-under hotdata:{header:X-Workspace-Id}/{table}, retry, cap=auto.
+under hotdata:{header:X-Workspace-Id}/{table}, retry, cap=1 (the API
+serialises one table's writes; "hotdata cap=auto" learns the cap from its
+lock answers instead, at the cost of one refusal and one Retry-After the
+first time).  Its 429s and 503s hold the whole workspace (the key's scope,
+hotdata:WORKSPACE).
 
 Bodies: bytes, str and memoryview are sent again as they were; a file
 object that can seek is rewound to where it stood; any other body (a
@@ -74,7 +78,7 @@ PRESETS = {
                 "/v1/connections/{connection}/schemas/{schema}/tables/"
                 "{table}/loads",
                 "hotdata:{header:X-Workspace-Id}/{table}",
-                {"cap": "auto"}),
+                {"cap": 1}),
 }
 
 _SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -27,6 +27,13 @@ import sys
 import time
 
 
+# The tables a pipeline into TABLE has declared after its first run (the
+# mock's --declare; dlt's bookkeeping tables and TABLE, schema public).
+def declared(table="orders"):
+    return ["public." + t for t in (table, "_dlt_version", "_dlt_loads",
+                                    "_dlt_pipeline_state")]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)

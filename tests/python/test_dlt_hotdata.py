@@ -5,8 +5,9 @@ hotdata-dlt-destination (from PyPI, unmodified) into the Hotdata mock
 
   - 200 load jobs into one table with LOAD__WORKERS=8: every job
     completes, no request is early, one refusal per lock episode;
-  - surface mode leaves retrying to the destination's own loop, which
-    still never arrives early (its next try waits at admission);
+  - surface mode returns the 409 to the destination (which publishes
+    it through the gate) and leaves retrying to the destination's own
+    loop, whose next tries wait at admission: none early;
   - a live pipeline and a backfill one in two processes on one table:
     with the key paused, eight backfill jobs queue first and one live
     job after them; on resume the live job goes first;
@@ -29,15 +30,20 @@ pytest.importorskip("dlt", reason="dlt is not installed here "
 pytest.importorskip("hotdata_dlt_destination")
 
 import libthrottle  # noqa: E402
-from conftest import TOP, Mock, child_env, early, until  # noqa: E402
+from conftest import TOP, Mock, child_env, early, field, until  # noqa: E402
 from test_redis import redis  # noqa: E402,F401  (the fixture)
+from dlt_pipeline import declared  # noqa: E402
 
 PIPELINE = os.path.join(TOP, "tests", "python", "dlt_pipeline.py")
 KEY = "hotdata:ws1/orders"
 
 
 def hotdata_mock(*options):
-    return Mock("--database", "db1", *options, script="hotdata_mock.py")
+    """The Hotdata mock with database db1, its tables declared (as after
+    a first run: two first runs at once race to declare them)."""
+    decl = [a for t in declared() for a in ("--declare", t)]
+    return Mock("--database", "db1", *decl, *options,
+                script="hotdata_mock.py")
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +103,17 @@ def test_dlt_hotdata_workers8_one_table(hd, segment, tmp_path):
 
 
 def test_dlt_hotdata_surface_leaves_retry_to_the_destination(
-        hd, segment, tmp_path):
-    hd.admin("hold", {"table": "orders", "workspace": "ws1", "ms": 1000})
-    r = result(start(hd, tmp_path, "surf", "--jobs", 16, "--workers", 8,
-                     rules=["hotdata surface"],
-                     HOTDATA_RETRY_BACKOFF_SECONDS="0.1"))
+        hd, t, tmp_path):
+    held = {"table": "orders", "workspace": "ws1"}
+    hd.admin("hold", dict(held, ms=600000))
+    p = start(hd, tmp_path, "surf", "--jobs", 16, "--workers", 8,
+              rules=["hotdata surface"], HOTDATA_RETRY_BACKOFF_SECONDS="0.1")
+    # the destination saw the 409 itself and published it; then the table
+    # is free again and its own retries (at admission) get in
+    until(lambda: field(t, KEY, "locked") >= 1, timeout=180,
+          what="a refused load")
+    hd.admin("release", held)
+    r = result(p)
     assert r["error"] is None, r["stderr"][-3000:]
     assert (r["completed"], r["failed"]) == (16, 0)
     st = hd.stats()

@@ -49,8 +49,9 @@ def post(mock, table="orders", body=b"row\n", pool=None, **kw):
 
 def test_dlt_instrument_rules_parse():
     r = libthrottle.Rule.parse("hotdata class=backfill")
-    assert (r.method, r.klass, r.cap, r.retry) == ("POST", "backfill",
-                                                   "auto", True)
+    assert (r.method, r.klass, r.cap, r.retry) == ("POST", "backfill", 1,
+                                                   True)
+    assert libthrottle.Rule.parse("hotdata cap=auto surface").cap == "auto"
     assert r.match("POST", "https", "api.hotdata.dev", 443,
                    "/v1/connections/c1/schemas/public/tables/orders/loads",
                    {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/orders"
