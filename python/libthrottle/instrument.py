@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """libthrottle.instrument — put the HTTP requests of code you do not change
 through the gate: the requests of urllib3 (and so of `requests` and of
-every SDK built on urllib3, such as `hotdata`) whose method and URL match a
-rule are admitted under a key made from the URL, their answers are
+every SDK built on urllib3, such as `hotdata`) and of httpx's synchronous
+transport, where installed, whose method and URL match a rule are admitted under a key made from the URL, their answers are
 classified and published (a lock, a 429, a 503 holds back every process
 of the host, or of every host on one Redis), and per rule either
 
@@ -50,7 +50,10 @@ and its exception raised: whether it may be sent again is the client's to
 decide.  A request not admitted within the rule's timeout raises
 NotAdmitted (a TimeoutError).  Patched at urllib3's
 HTTPConnectionPool.urlopen, so redirects and urllib3's own retries of one
-admitted request happen inside its admission.
+admitted request happen inside its admission, and at
+httpx.HTTPTransport.handle_request (httpx bodies given as content= bytes
+or str are replayed, streams sent once; httpx's async transport is not
+patched: waiting there would block the event loop).
 """
 
 import inspect
@@ -244,6 +247,10 @@ def instrument(rules, throttle=None):
     if throttle is not None and not isinstance(throttle, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
     import urllib3.connectionpool as cp
+    try:
+        import httpx
+    except ImportError:
+        httpx = None
     with _lock:
         _state["rules"], _state["throttle"] = rules, throttle
         _state["caps"] = set()
@@ -254,16 +261,23 @@ def instrument(rules, throttle=None):
             _state["orig"] = orig
             _state["sig"] = inspect.signature(orig)
             cp.HTTPConnectionPool.urlopen = _urlopen
+        if httpx is not None and _state.get("httpx") is None:
+            _state["httpx"] = httpx.HTTPTransport.handle_request
+            httpx.HTTPTransport.handle_request = _httpx_handle
         return _state["stats"]
 
 
 def uninstrument():
-    """Put urllib3 back as it was."""
+    """Put urllib3 (and httpx) back as they were."""
     import urllib3.connectionpool as cp
     with _lock:
         if _state["orig"] is not None:
             cp.HTTPConnectionPool.urlopen = _state["orig"]
             _state["orig"] = None
+        if _state.get("httpx") is not None:
+            import httpx
+            httpx.HTTPTransport.handle_request = _state["httpx"]
+            _state["httpx"] = None
         _state["rules"] = []
 
 
@@ -297,6 +311,37 @@ def _urlopen(pool, method, url, *args, **kwargs):
     return _admitted(pool, rule, key, orig, call)
 
 
+def _httpx_handle(transport, request):
+    """httpx.HTTPTransport.handle_request, through the gate."""
+    orig = _state["httpx"]
+    u = request.url
+    port = u.port or (443 if u.scheme == "https" else 80)
+    key = rule = None
+    if _state["rules"]:
+        path = u.raw_path.decode("ascii", "replace")
+        for r in _state["rules"]:
+            key = r.match(request.method, u.scheme, u.host, port, path,
+                          request.headers)
+            if key is not None:
+                rule = r
+                break
+    if rule is None:
+        return orig(transport, request)
+    import httpx
+    # a ByteStream (content= bytes or str) is sent again as it is; a
+    # stream (a generator, a file) is sent once
+    replayable = isinstance(request.stream, httpx.ByteStream)
+
+    def attempt():
+        resp = orig(transport, request)
+        body = b""
+        if resp.status_code >= 400:
+            body = resp.read()  # kept: the client reads it again
+        return resp, resp.status_code, resp.headers, body
+    return _through_gate(rule, key, attempt, replayable, None,
+                         lambda resp: resp.close())
+
+
 def _replay(body):
     """(replayable, rewind): how the body is sent again."""
     if body is None or isinstance(body, (bytes, bytearray, memoryview, str)):
@@ -314,6 +359,25 @@ def _replay(body):
 
 
 def _admitted(pool, rule, key, orig, call):
+    replayable, rewind = _replay(call.get("body"))
+
+    def attempt():
+        _inside.active = True
+        try:
+            resp = orig(pool, **call)
+        finally:
+            _inside.active = False
+        resp, body = _readable(resp, call)
+        return resp, resp.status, resp.headers, body
+    return _through_gate(rule, key, attempt, replayable, rewind,
+                         lambda resp: resp.release_conn())
+
+
+def _through_gate(rule, key, attempt, replayable, rewind, discard):
+    """Admit, send (attempt() -> (response, status, headers, body)),
+    report, and per rule send again while transient; returns the last
+    response.  rewind() (or None) before a re-send; discard(response) for
+    a transient answer nobody will see."""
     t = _state["throttle"] or default_throttle()
     stats = _state["stats"]
     if rule.cap is not None and key not in _state["caps"]:
@@ -322,28 +386,20 @@ def _admitted(pool, rule, key, orig, call):
             t.set_max_parallel(key, rule.cap)
         except Exception:  # fail open: the gate still admits, uncapped
             pass
-    replayable, rewind = _replay(call.get("body"))
     retries = rule.retries if rule.retry and replayable else 0
     if not replayable:
         stats["passed_once"] += 1
     last = {"resp": None, "sent": 0}
 
     def send(_left):
-        prev = last["resp"]
-        if prev is not None:  # a transient answer nobody will see
-            prev.release_conn()
+        if last["resp"] is not None:
+            discard(last["resp"])
             last["resp"] = None
         if last["sent"] and rewind is not None:
             rewind()
         last["sent"] += 1
-        _inside.active = True
-        try:
-            resp = orig(pool, **call)
-        finally:
-            _inside.active = False
-        resp, body = _readable(resp, call)
-        last["resp"] = resp
-        return resp.status, resp.headers, body
+        last["resp"], status, headers, body = attempt()
+        return status, headers, body
 
     from ._errors import GaveUp
     try:

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """test_dlt_instrument.py — libthrottle.instrument() and
-`python -m libthrottle.run` against the mock server, through urllib3 and
-requests as a program that does not know about libthrottle sends them:
+`python -m libthrottle.run` against the mock server, through urllib3,
+requests and httpx (where installed) as a program that does not know
+about libthrottle sends them:
 
   - rules: presets, templates, options, and the errors of bad ones;
   - retry: a locked answer is not returned, the request is sent again
@@ -112,7 +113,7 @@ def test_dlt_instrument_a_stream_is_sent_once(mock, t, instrumented):
     assert t.remaining("hotdata:127.0.0.1/orders") > 0  # published
 
 
-@pytest.mark.parametrize("client", ["urllib3", "requests"])
+@pytest.mark.parametrize("client", ["urllib3", "requests", "httpx"])
 def test_dlt_instrument_surface_returns_the_409(mock, t, instrumented,
                                                 client):
     instrumented("%s %s surface" % (LOAD, KEY))
@@ -121,6 +122,11 @@ def test_dlt_instrument_surface_returns_the_409(mock, t, instrumented,
         requests = pytest.importorskip("requests")
         r = requests.post(mock.load_url(), data=b"row\n", timeout=30)
         status, body = r.status_code, r.content
+    elif client == "httpx":
+        httpx = pytest.importorskip("httpx")
+        with httpx.Client(timeout=30) as c:
+            r = c.post(mock.load_url(), content=b"row\n")
+            status, body = r.status_code, r.content
     else:
         r = post(mock)
         status, body = r.status, r.data
@@ -138,6 +144,23 @@ def test_dlt_instrument_requests_retry(mock, t, instrumented):
     assert r.status_code == 200 and r.json()["loaded"] == 6
     st = mock.stats()
     assert st["tables"]["orders"]["refused"] == 1 and early(st) == 0
+
+
+def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
+    httpx = pytest.importorskip("httpx")
+    stats = instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 300})
+    with httpx.Client(timeout=30) as c:
+        r = c.post(mock.load_url(), content=b"abcdef")
+        assert r.status_code == 200 and r.json()["loaded"] == 6
+        assert mock.stats()["tables"]["orders"]["refused"] == 1
+        mock.admin("hold", {"table": "orders", "ms": 60000})
+
+        def chunks():
+            yield b"abc"
+        r = c.post(mock.load_url(), content=chunks())
+        assert r.status_code == 409 and stats["passed_once"] == 1
+    assert early(mock.stats()) == 0
 
 
 def test_dlt_instrument_unmatched_requests_pass(mock, t, instrumented):
