@@ -242,6 +242,15 @@ bench: all $(BENCHES)
 	elif [ $$rc -ne 0 ]; then exit 1; \
 	else LIBTHROTTLE_LIBRARY=$(abspath $(B))/libthrottle.so.1 $$py bench/py_fleet.py; fi
 
+# Real dlt pipelines through the unmodified hotdata-dlt-destination into
+# the Hotdata mock, plain and under python -m libthrottle.run, in the venv
+# tools/venv.sh makes (PyPI needed once).  DLT_BENCH_ARGS passes options
+# (--jobs, --retry-after, --service-ms, --only SCENARIO).
+DLT_BENCH_ARGS ?=
+.PHONY: dlt-bench
+dlt-bench: all
+	@py=$$(B=$(B) sh tools/venv.sh) && B=$(B) "$$py" bench/dlt_bench.py $(DLT_BENCH_ARGS)
+
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
 
