@@ -54,7 +54,7 @@ CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/settings.c libthrottle/fault.c \
             libthrottle/backend.c
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
-            libthrottle/backend.h
+            libthrottle/backend.h libthrottle/env.h
 
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.
@@ -242,6 +242,15 @@ bench: all $(BENCHES)
 	elif [ $$rc -ne 0 ]; then exit 1; \
 	else LIBTHROTTLE_LIBRARY=$(abspath $(B))/libthrottle.so.1 $$py bench/py_fleet.py; fi
 
+# Real dlt pipelines through the unmodified hotdata-dlt-destination into
+# the Hotdata mock, plain and under python -m libthrottle.run, in the venv
+# tools/venv.sh makes (PyPI needed once).  DLT_BENCH_ARGS passes options
+# (--jobs, --retry-after, --service-ms, --only SCENARIO).
+DLT_BENCH_ARGS ?=
+.PHONY: dlt-bench
+dlt-bench: all
+	@py=$$(B=$(B) sh tools/venv.sh) && B=$(B) "$$py" bench/dlt_bench.py $(DLT_BENCH_ARGS)
+
 # ---- analysers ---------------------------------------------------------
 # Both must report nothing; .clang-tidy says which check is off and why.
 
@@ -251,6 +260,12 @@ tidy:
 cppcheck:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools libthrottle tools
+
+# The objects' dependency graph: which object uses symbols another defines,
+# and the circles among them (tools/objgraph.py; --check fails on a circle).
+.PHONY: layers
+layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
+	python3 tools/objgraph.py $^
 
 # ---- install -----------------------------------------------------------
 #

@@ -43,6 +43,8 @@ from ._http import TransportError, check_url, default_throttle, request, run
 from ._replay import REPLAY_LIMIT, ReplayableBody
 from ._async import (AsyncAdmission, AsyncThrottle, arun,
                      default_async_throttle)
+from . import instrument  # a module, and called: instrument.instrument()
+from .instrument import NotAdmitted, Rule, uninstrument
 
 # One module attribute per C error code: libthrottle.EFULL, ... (the
 # written ones above, and any a newer library added)
@@ -81,6 +83,6 @@ __all__ = [
     "EVERSION", "EFINGERPRINT", "ESIZE", "EOWNER", "EMODE", "EINITTIMEOUT",
     "ELOCKTIMEOUT", "ECORRUPT", "EFULL", "ENOKEY", "ETIMEDOUT", "EWOULDBLOCK",
     "ECANCELED", "ESYS", "ESYMLINK", "EINTR", "ESTALE", "EREADONLY",
-    "EBACKEND"]
+    "EBACKEND", "instrument", "uninstrument", "Rule", "NotAdmitted"]
 # and the class of any code a newer C library added
 __all__ += [c.__name__ for c in ERRORS.values() if c.__name__ not in __all__]

@@ -89,6 +89,7 @@ int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
 int throttle_set_max_parallel(throttle_t *h, const char *key, uint32_t n);
 int throttle_set_publish_level(throttle_t *h, throttle_outcome_t outcome,
                                int level);
+int throttle_check_key(const char *key);
 int throttle_set_max_parallel_auto(throttle_t *h, const char *key,
                                    uint32_t max);
 int throttle_set_rate(throttle_t *h, const char *key, uint32_t n,

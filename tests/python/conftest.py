@@ -152,13 +152,14 @@ def early(st):
 
 
 class Mock:
-    """The mock Hotdata server (tests/mock_server.py) in a process."""
+    """The mock Hotdata server (tests/mock_server.py, or script: another
+    dialect of it, such as tests/hotdata_mock.py) in a process."""
 
-    def __init__(self, *options):
+    def __init__(self, *options, script="mock_server.py"):
         self.dir = tempfile.mkdtemp(prefix="tt-py-mock-")
         port_file = os.path.join(self.dir, "port")
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(TOP, "tests", "mock_server.py"),
+            [sys.executable, os.path.join(TOP, "tests", script),
              "--port", "0", "--port-file", port_file] + list(options))
         until(lambda: os.path.exists(port_file), what="the mock server")
         with open(port_file) as f:

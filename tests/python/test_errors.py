@@ -45,6 +45,18 @@ def test_errors_carry_the_handle_message(t):
     assert "more than 255 bytes" in str(e.value)  # the C message
 
 
+@pytest.mark.parametrize("key,why", [
+    ("ws1//orders", "empty name"), ("/ws1", "empty name"),
+    ("ws1/", "empty name"), ("ws1/or\tders", "control byte"),
+    ("/".join("s%d" % i for i in range(18)), "THROTTLE_KEY_MAX_SCOPES")])
+def test_errors_key_syntax_is_the_libraries(t, key, why):
+    for call in (lambda: t.backoff(key, 1), lambda: t.remaining(key),
+                 lambda: t.wait(key, 0)):
+        with pytest.raises(libthrottle.EKEY) as e:
+            call()
+        assert why in str(e.value)
+
+
 def test_errors_unknown_code_is_still_an_error():
     e = libthrottle.error(-999)
     assert type(e) is libthrottle.Error and e.code == -999

@@ -59,6 +59,16 @@ def test_cold_scope_hold_ends_at_the_answer_or_after_a_second(t):
     b.leave()
 
 
+def test_cold_scope_first_request_is_the_probe_and_bounds_a_wait(t):
+    first = t.try_admit(T0)
+    assert first.probe  # the scope's probe: its answer is the workspace's
+    assert t.wait(T1, timeout=10) is True  # nested wait: the 1 s bound
+    later = t.try_admit(T1)
+    assert later is not None and not later.probe
+    later.leave()
+    first.leave()
+
+
 def test_scope_clear_opens_every_key_beneath(t):
     t.backoff(WS, 30)
     t.clear(WS)

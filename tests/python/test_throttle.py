@@ -6,6 +6,7 @@ beyond "not before the published time"."""
 
 import math
 import os
+import subprocess
 import threading
 import time
 import warnings
@@ -14,6 +15,8 @@ import pytest
 
 import libthrottle
 from libthrottle import _throttle
+
+from conftest import BUILD, child_env
 
 KEY = "hotdata:ws1/orders"
 LOCKED = b'{"error": {"code": "RESOURCE_LOCKED", "message": "locked"}}'
@@ -109,6 +112,23 @@ def test_backoff_is_clamped_to_max_delay(segment):
 def test_remaining_open_key_is_zero(t):
     assert t.remaining("never-seen") == 0.0
     assert isinstance(t.remaining("never-seen"), float)
+
+
+def test_remaining_loop_over_names_sees_the_one_held(t, segment):
+    # another process backs one table off; a loop over the names (each a
+    # new str of the same length, often at the same address) sees it
+    ctl = os.path.join(BUILD, "throttlectl")
+    subprocess.run([ctl, "--segment", segment, "backoff", "ws1/tbl-7", "10"],
+                   check=True, env=child_env())
+    for _ in range(3):
+        for i in range(10):
+            key = "ws1/tbl-%d" % i
+            if i == 7:
+                assert t.remaining(key) > 5
+                assert not t.wait(key, 0)
+            else:
+                assert t.remaining(key) == 0
+                assert t.wait(key, 0)
 
 
 def test_clear_opens_and_unknown_key_is_enokey(t):
