@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """_async.py — AsyncThrottle: Throttle's calls as coroutines for asyncio,
-with waiting that never blocks the event loop and takes no thread.
+with waiting that never blocks the event loop and takes no thread per
+waiting task.
 
     t = libthrottle.AsyncThrottle()
     async with t.admit("hotdata:ws1/orders", timeout=30) as adm:
@@ -18,7 +19,8 @@ come, first served; live before backfill; throttle_cancel() reaches it).
 The thread hands the admission to the loop (call_soon_threadsafe) and
 ends; the next task becomes head.  So a process has one such thread per
 key (and class) it waits for, whatever the number of waiting tasks, and
-the loop never blocks.
+the loop never blocks.  throttle_cancel() on the key ends the head's wait
+with ECANCELED; the tasks behind it then wait in their turn.
 
 Cancelling a waiting task (task.cancel(), asyncio.timeout, wait_for) takes
 it out of the queue at once and makes the next task head; a cancelled
