@@ -20,7 +20,7 @@ The thread hands the admission to the loop (call_soon_threadsafe) and
 ends; the next task becomes head.  So a process has one such thread per
 key (and class) it waits for, whatever the number of waiting tasks, and
 the loop never blocks.  throttle_cancel() on the key ends the head's wait
-with ECANCELED; the tasks behind it then wait in their turn.
+with ECANCELED, and with it the waits of the tasks queued behind it.
 
 Cancelling a waiting task (task.cancel(), asyncio.timeout, wait_for) takes
 it out of the queue at once and makes the next task head; a cancelled
@@ -57,7 +57,7 @@ from ._admission import Admission
 from ._answers import Classifier, Outcome
 from ._base import (_ETIMEDOUT, FOREVER, HAVE_INTERRUPT, Key, Seconds, _key,
                     _klass, _ms, error)
-from ._errors import EINTR, ETIMEDOUT, Error, ThrottleClosed
+from ._errors import ECANCELED, EINTR, ETIMEDOUT, Error, ThrottleClosed
 from ._http import Loop, TransportError, _Done, default_throttle
 from ._throttle import Throttle, _calling
 
@@ -205,6 +205,7 @@ class AsyncThrottle:
                            Deque["asyncio.Future[None]"]] = {}
         self._sleepers: Set["asyncio.Future[None]"] = set()
         self._stops: Set[threading.Event] = set()  # the helper threads'
+        self._canceled: Set["asyncio.Future[None]"] = set()
         self._closed = False
 
     # -- waiting
@@ -252,11 +253,22 @@ class AsyncThrottle:
                         raise error(_ETIMEDOUT, "%s: not admitted within %s s"
                                     % (key, timeout))
                     await asyncio.wait([me], timeout=left)
+                if me in self._canceled:
+                    raise error(ECANCELED.code, "%s: canceled" % (key,))
             if HAVE_INTERRUPT:
                 self._check_open()
                 left = None if deadline is None else max(
                     0.0, deadline - loop.time())
-                return await self._blocking_admit(key, klass, left)
+                try:
+                    return await self._blocking_admit(key, klass, left)
+                except ECANCELED:
+                    # throttle_cancel() ends every waiter of the key: the
+                    # tasks queued behind this one too
+                    for f in q:
+                        if f is not me:
+                            self._canceled.add(f)
+                            _wake(f)
+                    raise
             poll = POLL_MIN_S
             while True:
                 self._check_open()
@@ -275,6 +287,7 @@ class AsyncThrottle:
                     delay = min(delay, left)
                 await self._nap(delay)
         finally:
+            self._canceled.discard(me)
             q.remove(me)
             if q:
                 _wake(q[0])  # the next task is head now

@@ -272,3 +272,26 @@ def test_async_task_keeps_its_place_among_other_processes(at, t, tmp_path):
     with open(log) as f:
         starts = [l.split()[1] for l in f if l.startswith("start")]
     assert starts == ["py-first", "c", "py-last"]
+
+
+def test_async_cancel_of_the_key_ends_every_waiting_task(at, t):
+    """throttle_cancel() (here from another process, throttlectl cancel)
+    ends every waiter of the key with ECANCELED: the tasks queued behind
+    the one waiting in the library too."""
+    t.set_max_parallel(KEY, 1)
+    holder = t.try_admit(KEY)
+
+    async def main():
+        tasks = [asyncio.ensure_future(at.admit(KEY, timeout=60).__aenter__())
+                 for _ in range(4)]
+        await until(lambda: at.waiting(KEY) == 4, "4 tasks queued")
+        await until(lambda: t.info(KEY)["waiting_live"] == 1,
+                    "the first waiting in the library")
+        subprocess.run([os.path.join(BUILD, "throttlectl"), "cancel", KEY],
+                       check=True)
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    res = run(main())
+    assert all(isinstance(r, libthrottle.ECANCELED) for r in res), res
+    holder.leave("ok")
+    assert t.info(KEY)["in_flight"] == 0
