@@ -37,6 +37,17 @@ def at(t):
     return libthrottle.AsyncThrottle(t)
 
 
+@pytest.fixture(params=["library", "polling"])
+def each_wait(request, t, monkeypatch):
+    """An AsyncThrottle whose heads wait in the library (helper thread),
+    and one that polls as it does with a library without the interrupt
+    hook."""
+    if request.param == "polling":
+        from libthrottle import _async
+        monkeypatch.setattr(_async, "HAVE_INTERRUPT", False)
+    return libthrottle.AsyncThrottle(t)
+
+
 def test_async_admit_report_and_await_forms(at, t):
     async def main():
         async with at.admit(KEY, timeout=5) as adm:
@@ -79,7 +90,8 @@ def test_async_wait_timeout_and_open_key(at, t):
     run(main())
 
 
-def test_async_admit_timeout_is_etimedout(at, t):
+def test_async_admit_timeout_is_etimedout(each_wait, t):
+    at = each_wait
     t.backoff(KEY, 30)
 
     async def main():
@@ -90,9 +102,10 @@ def test_async_admit_timeout_is_etimedout(at, t):
     run(main())
 
 
-def test_async_thousand_waiting_tasks_all_admitted_in_order(at, t):
+def test_async_thousand_waiting_tasks_all_admitted_in_order(each_wait, t):
     """1,000 tasks queue behind one holder, on one thread, and are admitted
     one at a time (cap 1) in the order they came."""
+    at = each_wait
     t.set_max_parallel(KEY, 1)
     holder = t.try_admit(KEY)
     threads = threading.active_count()
@@ -117,7 +130,8 @@ def test_async_thousand_waiting_tasks_all_admitted_in_order(at, t):
     assert t.info(KEY)["in_flight"] == 0
 
 
-def test_async_cancel_gives_the_place_back_at_once(at, t):
+def test_async_cancel_gives_the_place_back_at_once(each_wait, t):
+    at = each_wait
     t.set_max_parallel(KEY, 1)
     holder = t.try_admit(KEY)
     got = []
@@ -162,10 +176,11 @@ def test_async_close_ends_every_wait_with_throttle_closed(segment):
     run(main())
 
 
-def test_async_one_probe_and_never_early_after_another_process(at, t):
+def test_async_one_probe_and_never_early_after_another_process(each_wait, t):
     """Another process (throttlectl) publishes a back-off; the tasks wait
     it out, none is admitted early, and the first admitted is the probe
     while the others wait for its answer (I1, I3)."""
+    at = each_wait
     ctl = os.path.join(BUILD, "throttlectl")
     subprocess.run([ctl, "backoff", KEY, "1"], check=True)
     until_ms = time.monotonic() + t.remaining(KEY)
