@@ -57,7 +57,9 @@ static inline unsigned scan_word(uint64_t w, unsigned k, uint64_t *bad,
   return (unsigned)(((sl >> 7) * ONES) >> 56); /* the bytes' sum */
 }
 
-/* Why key (len bytes, known bad) is refused. */
+/* Why key (len bytes, known bad) is refused.  The control bytes first:
+ * only a key without any is quoted in the message (which may reach a
+ * terminal). */
 static int key_refused(const throttle_t *h, const char *key, size_t len,
                        unsigned scopes) {
   for (size_t i = 0; i < len; i++) {
@@ -67,7 +69,9 @@ static int key_refused(const throttle_t *h, const char *key, size_t len,
                             "key has a control byte (0x%02x) at byte %zu; "
                             "keys are printable",
                             c, i);
-    if (c == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (key[i] == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
       return throttle__fail(
           h, THROTTLE_EKEY,
           "key \"%.*s\" has an empty name at byte %zu: keys are paths of "
