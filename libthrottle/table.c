@@ -310,19 +310,19 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
   if (s & 1)
     return guessed_only ? THROTTLE__NOT_GUESSED : -1;
   guess_bind(h);
-  struct absent *a = absent_way(key, len);
-  if (a->len == len && a->seq == s && bytes_match(a->key, key, len)) {
-    *seq = s; /* absent under this very sequence: still absent */
-    return 0;
-  }
   int found = 0;
   struct guess *set = guess_set(key, len);
   uint32_t gi = try_guess(h, &set[0], key, len);
   if (gi == UINT32_MAX)
     gi = try_guess(h, &set[1], key, len);
+  struct absent *a = NULL;
   if (gi != UINT32_MAX) {
     *idx = gi;
     found = 1;
+  } else if ((a = absent_way(key, len))->len == len && a->seq == s &&
+             bytes_match(a->key, key, len)) {
+    *seq = s; /* absent under this very sequence: still absent */
+    return 0;
   } else if (guessed_only) {
     return THROTTLE__NOT_GUESSED;
   }
@@ -354,6 +354,7 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
   if (atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) != s)
     return -1;
   if (!found && len <= ABSENT_COPY) { /* seen absent under s */
+    a = absent_way(key, len);
     memcpy(a->key, key, len);
     a->len = (uint32_t)len;
     a->seq = s;
