@@ -98,6 +98,35 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
   return ms_left(h, nb, throttle__now_ns());
 }
 
+/* How long ago (ms) the segment's back-off of key was published, as its
+ * record tells (the not-before less the last delay); 0 when none. */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+    return 0;
+  uint64_t now = throttle__now_ns(), ago = 0;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL) {
+    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+    uint64_t d = sat_mul_ms(r->last_delay_ms);
+    uint64_t pub = nb > d ? nb - d : 0;
+    ago = nb != 0 && now > pub ? (now - pub) / THROTTLE__NS_PER_MS : 0;
+  }
+  throttle__unlock(h);
+  return ago;
+}
+
+static int segment_clear(throttle_t *h, const char *key, size_t len);
+
+/* The segment's copy of key's back-off dropped: the backend had it cleared
+ * after it was published, so healing must not bring it back. */
+void throttle__segment_forget(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) == 0)
+    (void)segment_clear(h, key, len);
+}
+
 /* Has the segment admitted or queued a caller of key that is still there
  * (reaped of the dead first)?  Only during and just after a backend
  * outage: while the backend serves, the segment's gate for a key is
@@ -317,31 +346,41 @@ static void count_wait(throttle_t *h, const char *key, size_t len,
 
 /* Held by the gate although the time has come: the key is paused, or the
  * probe of a lock episode is out (enter/leave users; see gate.c).  Sleep
- * for its answer like an admission would, re-checking for a dead probe. */
-static int wait_gate(throttle_t *h, const char *key, size_t len,
+ * for its answer like an admission would, re-checking for a dead probe.
+ * A scope's probe holds its keys as the admission's scope gate says
+ * (scope.c: a cold scope's first request at most THROTTLE__COLD_HOLD_NS,
+ * so a caller that holds one table never waits for itself on another):
+ * 1 when that hold is over, the level open for this wait. */
+static int wait_gate(throttle_t *h, const char *key, size_t len, bool scope,
                      struct throttle__rec *r, uint32_t epoch, uint64_t now,
                      uint64_t deadline) {
-  if (now >= deadline)
-    return throttle__fail(h, THROTTLE_ETIMEDOUT,
-                          "%s: %s past the timeout", key,
-                          throttle__gate_held(r) == 1 ? "paused"
-                                                      : "probe still out");
+  uint64_t until = now + THROTTLE__POLL_NS;
   if (throttle__lock(h) == 0) {
     struct throttle__rec *lr =
         throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
     if (lr != NULL)
       throttle__reap_locked(lr, now);
+    bool open = lr != NULL && scope && throttle__gate_held(lr) == 2 &&
+                !throttle__scope_probe_holds_locked(lr, now, &until);
     throttle__unlock(h);
+    if (open)
+      return 1;
   }
-  uint64_t until = now + THROTTLE__POLL_NS;
+  if (now >= deadline)
+    return throttle__fail(h, THROTTLE_ETIMEDOUT,
+                          "%s: %s past the timeout", key,
+                          throttle__gate_held(r) == 1 ? "paused"
+                                                      : "probe still out");
   if (until > deadline)
     until = deadline;
-  if (throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
+  if (until > now && throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
     return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
   return 0;
 }
 
-static int wait_slow(throttle_t *h, const char *key, size_t len,
+/* 0 when the level opened, 1 when it is open by the cold-scope bound
+ * without a sleep in this call (nothing waited for), or the error. */
+static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
                      uint64_t timeout_ms) __attribute__((noinline));
 
 /* The open-key check without the mutex: 1 when key is absent or open and
@@ -401,7 +440,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   }
   if ((rc = throttle__key_syntax(h, key, len)) != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, &timeout_ms));
   uint64_t nb, start = 0;
   struct throttle__rec *r = NULL;
   for (bool waited = true; waited;) {
@@ -423,12 +462,13 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       if (start == 0)
         start = now;
       uint64_t spent = (now - start) / THROTTLE__NS_PER_MS;
-      if ((rc = wait_slow(h, key, l,
+      if ((rc = wait_slow(h, key, l, l < len,
                           timeout_ms == THROTTLE_FOREVER ? timeout_ms
                           : spent < timeout_ms           ? timeout_ms - spent
-                                                         : 0)) != 0)
+                                                         : 0)) < 0)
         return rc;
-      waited = true;
+      if (rc == 0)
+        waited = true;
     } while (l < len);
     if (!waited && r != NULL) /* r: the key's own record, looked at last */
       throttle__guess_note_scopes(h, key, len, (uint32_t)(r - h->recs), gen);
@@ -437,11 +477,12 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   return 0;
 }
 
-static int wait_slow(throttle_t *h, const char *key, size_t len,
+static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
                      uint64_t timeout_ms) {
   int rc;
   uint64_t start = 0, deadline = UINT64_MAX, jitter = 0, own_until = 0;
   int slept = 0;
+  bool asleep = false, bound = false; /* slept; open by the cold bound */
   for (;;) {
     uint64_t nb;
     struct throttle__rec *r;
@@ -484,6 +525,7 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
       target = deadline;
     slept = 1;
     if (now < target) {
+      asleep = true;
       if (throttle__sleep(h, &r->epoch, epoch, target - now) != 0) {
         count_wait(h, key, len, throttle__now_ns() - start);
         return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
@@ -492,15 +534,20 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
     }
     if (!held)
       break;
-    if ((rc = wait_gate(h, key, len, r, epoch, now, deadline)) != 0) {
+    if ((rc = wait_gate(h, key, len, scope, r, epoch, now, deadline)) == 1) {
+      bound = true;
+      break;
+    }
+    if (rc != 0) {
       count_wait(h, key, len, now - start);
       return rc;
     }
+    asleep = true;
   }
-  if (slept)
+  if (asleep)
     count_wait(h, key, len, throttle__now_ns() - start);
   throttle__clear_msg(h);
-  return 0;
+  return bound && !asleep ? 1 : 0;
 }
 
 /* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
@@ -520,8 +567,12 @@ static int segment_clear(throttle_t *h, const char *key, size_t len) {
     throttle__wake_rec(r);
     throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
+  /* A scope without a record of its own has no back-off to drop; its
+   * keys are still woken, and it is no unknown key. */
+  bool beneath = r == NULL && throttle__scope_below_key_locked(h, key, len,
+                                                               false) != 0;
   throttle__unlock(h);
-  return r != NULL ? 0 : THROTTLE_ENOKEY;
+  return r != NULL || beneath ? 0 : THROTTLE_ENOKEY;
 }
 
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 4u
+#define THROTTLE__LAYOUT 5u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -163,14 +163,25 @@ struct throttle__rec {
   uint32_t auto_ra_ms;    /* Retry-After of the refusal that taught the cap */
   uint64_t auto_work_ns;  /* work at the cap since learned or raised */
   uint64_t auto_learned_ns; /* when a refusal last set the cap; 0 = never */
-  uint32_t ovf_waiters;   /* callers waiting beyond the slots (a hint: a
-                             crashed one leaves it high, costing wakes) */
+  uint32_t ovf_waiters;   /* callers waiting beyond the slots: a count
+                             for the snapshot's waiters and a hint for
+                             the wakes (a crashed one leaves it high until
+                             the reap finds it stale: ovf_free_ns) */
+  uint32_t ovf_bf;        /* of those, of class backfill */
+  uint32_t ovf_gen;       /* bumped when the reap drops a stale count: a
+                             caller counted in another generation counts
+                             itself again at its next look (gate.c) */
   /* Callers about to sleep on a slot word of this key: counted under the
    * mutex before they unlock, uncounted after the sleep.  A grant wakes
    * the slot's futex only when it is non-zero (gate.c), so an uncontended
    * admission makes no system call.  A crashed sleeper leaves it high,
    * costing wakes, never a lost one. */
   _Atomic uint32_t sleepers;
+  /* Since when a slot has been free while callers beyond the slots are
+   * counted (0: not so).  They look at least every THROTTLE__POLL_NS and
+   * take a free slot when they do, so a slot free for longer than a few
+   * of those says the count is of callers that are gone (gate_grant.c). */
+  uint64_t ovf_free_ns;
   /* Counters: */
   uint64_t admitted;
   uint64_t locked;
@@ -257,6 +268,24 @@ static inline void throttle__rate_take(struct throttle__rec *r,
   uint64_t T = r->rate_period_ns / r->rate_n;
   uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
   r->rate_tat_ns = throttle__sat_add(base, T);
+}
+
+/* Are the callers counted beyond the slots (ovf_waiters) gone?  While
+ * they are counted and a slot is free, a live one takes it at its next
+ * look (at most THROTTLE__POLL_NS away), so a slot free for a few of
+ * those since ovf_free_ns says the count is of callers that died waiting
+ * beyond the slots.  Read-only: the snapshot shows them gone, the reap
+ * drops them (gate_grant.c). */
+#define THROTTLE__OVF_STALE_NS (4 * THROTTLE__POLL_NS)
+static inline bool throttle__ovf_stale(const struct throttle__rec *r,
+                                       uint64_t now) {
+  if (r->ovf_waiters == 0 || r->ovf_free_ns == 0 || r->ovf_free_ns > now ||
+      now - r->ovf_free_ns <= THROTTLE__OVF_STALE_NS)
+    return false;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state == THROTTLE__SLOT_FREE)
+      return true;
+  return false;
 }
 
 /* Participant slots in state (and of class cls, unless cls < 0). */
@@ -573,6 +602,16 @@ void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
+/* The waiters a snapshot counts but does not list (from its counts and
+ * its list: every backend's snapshot ends with it; inline, as the Redis
+ * module sees no symbol of the core). */
+static inline void throttle__info_unlisted(throttle_info_t *out) {
+  int64_t *f = out->field;
+  int64_t all =
+      f[THROTTLE_FIELD_WAITING_LIVE] + f[THROTTLE_FIELD_WAITING_BACKFILL];
+  f[THROTTLE_FIELD_WAITERS_UNLISTED] =
+      all > (int64_t)out->nwaiters ? all - (int64_t)out->nwaiters : 0;
+}
 void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
                               uint64_t now, uint64_t delay_ns);
 void throttle__open_locked(struct throttle__rec *r);
@@ -601,6 +640,15 @@ enum {
 };
 int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
                                 uint64_t now, uint64_t *next);
+/* Does scope s's probe hold the keys beneath now: the rule of the scope
+ * gate, for every waiting call (throttle_wait too), a cold scope's first
+ * request at most THROTTLE__COLD_HOLD_NS (*next: when that hold ends)? */
+bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
+                                        uint64_t *next);
+/* Is ticket the probe of a scope of r's key (granted as its probe)? */
+bool throttle__scope_probe_of_locked(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t ticket);
 /* held was just granted on r: it takes a place in every pool over r (a
  * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
  * the probe of every scope of r in an episode with no probe out. */
@@ -664,12 +712,18 @@ uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */
 void throttle__scope_repair_locked(throttle_t *h);
+/* s's cap was just set: every holder beneath takes the place it lacks. */
+void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s);
 /* r was just inserted: start its learned cap from its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel);
+/* The same beneath the scope key[0, len), whether or not it has a record
+ * (a command on a scope reaches every key beneath it): how many keys. */
+uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
+                                          size_t len, bool cancel);
 /* Publish outcome's back-off on the scope of key the handle routes it to
  * (nothing when that is the key itself: the caller publishes there), as
  * throttle__publish_at_locked() does; 0, or why nothing was stored. */

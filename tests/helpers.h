@@ -38,6 +38,14 @@ int th_teardown(void **state);
  * that the fixture's configuration names as its backend. */
 struct th_redis;
 int th_redis_setup(void **state, struct th_redis *r);
+/* th_teardown, then *r stopped and removed, and the environment the Redis
+ * tests change put back (THROTTLE_BACKEND, THROTTLE_LIVENESS_MS unset;
+ * THROTTLE_BACKEND_MODULE as th_redis_use_module set it). */
+int th_redis_teardown(void **state, struct th_redis *r);
+/* Another host: a handle on a segment of its own (th_extra_name) naming
+ * the backend url; *rc is throttle_open's code (the handle is never
+ * NULL). */
+throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc);
 
 /* A fresh unique segment name "/tt-<pid>-<n>" (n counts per process). */
 void th_unique_name(char *buf, size_t len);

@@ -172,9 +172,9 @@ check_true "show has a waiters section" contains "$out" "
 waiters:"
 check_true "the first to arrive is listed first, with pid and class" \
   contains "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 3p)" \
-  "$w1  backfill"
+  "$w1  throttlectl  backfill"
 check_true "then the next" contains \
-  "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 4p)" "$w2  live"
+  "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 4p)" "$w2  throttlectl  live"
 check_true "show --json carries them" contains "$("$T" show queue --json)" \
   "\"waiters\":[{\"pid\":$w1,\"class\":\"backfill\""
 "$T" resume queue

@@ -69,3 +69,36 @@ def test_errors_pickle_across_processes():
     assert type(f) is libthrottle.EFULL and str(f) == str(e)
     g = pickle.loads(pickle.dumps(libthrottle.GaveUp("x", 409)))
     assert isinstance(g, libthrottle.GaveUp)
+
+
+def test_errors_written_out_as_the_header_has_them():
+    """The classes a type checker sees are written in _errors.py: every
+    code of include/throttle.h's table has its class there, same value."""
+    import os
+    import re
+    from libthrottle import _errors
+    from conftest import TOP
+    with open(os.path.join(TOP, "include", "throttle.h")) as f:
+        table = re.findall(r"XX\((E[A-Z]+), (-\d+),", f.read())
+    assert len(table) >= 25
+    for name, code in table:
+        cls = _errors.WRITTEN.get(name)
+        assert cls is not None, "%s is not written out in _errors.py" % name
+        assert cls.code == int(code) and cls.name == "THROTTLE_" + name
+        assert libthrottle.ERRORS[int(code)] is cls
+    assert set(_errors.WRITTEN) == {n for n, _ in table}
+
+
+def test_errors_enokey_is_a_key_error(t):
+    with pytest.raises(KeyError) as e:
+        t.info("never-seen")
+    assert isinstance(e.value, libthrottle.ENOKEY)
+    assert str(e.value) and not str(e.value).startswith("'")  # not repr'd
+
+
+def test_errors_closed_throttle_has_its_own_exception(segment):
+    th = libthrottle.Throttle(segment=segment)
+    th.close()
+    with pytest.raises(libthrottle.ThrottleClosed):
+        th.remaining("k")
+    assert issubclass(libthrottle.ThrottleClosed, libthrottle.EINVAL)
