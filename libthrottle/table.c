@@ -263,16 +263,14 @@ static THROTTLE__TLS struct absent {
  * segments pays lookups for it; one segment per process is the rule.
  * (The library's thread-local state must fit glibc's static TLS surplus
  * when it is dlopen'ed: internal.h.) */
-static THROTTLE__TLS uint64_t guess_seed;
-static THROTTLE__TLS bool guess_any; /* guess_seed was set */
+static THROTTLE__TLS uint64_t guess_seed; /* 0 at first: all empty then */
 
 static inline void guess_bind(const throttle_t *h) {
-  if (__builtin_expect(guess_seed == h->seed && guess_any, 1))
+  if (__builtin_expect(guess_seed == h->seed, 1))
     return;
   memset(guess, 0, sizeof guess);
   memset(absent, 0, sizeof absent);
   guess_seed = h->seed;
-  guess_any = true;
 }
 
 static struct guess *guess_set(const char *key, size_t len) {
@@ -367,8 +365,7 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
  * at idx, or an insert (which changes sgen) put it there. */
 bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
-  if (guess_seed != h->seed || !guess_any)
-    return false;
+  (void)h; /* bound by the lookup that found idx */
   const struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
     if (set[w].idx == ((idx + 1) | GUESS_SCOPES) && set[w].seq == gen)
@@ -378,8 +375,7 @@ bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
 
 void throttle__guess_note_scopes(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
-  if (guess_seed != h->seed || !guess_any)
-    return;
+  guess_bind(h); /* the look that found idx bound them; cheap */
   struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
     if ((set[w].idx & ~GUESS_SCOPES) == idx + 1) {
