@@ -403,6 +403,18 @@ peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
   return v == 0 && !held;
 }
 
+/* Every scope of key absent, as this thread's guesses know (an absent key
+ * beneath them is then open). */
+static bool scopes_guessed_absent(const throttle_t *h, const char *key,
+                                  size_t len) {
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
+    uint32_t idx, seq;
+    if (throttle__find_nolock(h, key, p, &idx, &seq, true) != 0)
+      return false;
+  }
+  return true;
+}
+
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms) {
   size_t len;
@@ -420,8 +432,9 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   uint32_t idx;
   if (h->be == NULL && peek_open(h, key, len, &idx) &&
       (throttle__scope_next(key, len, 0) == 0 ||
-       (idx != UINT32_MAX &&
-        throttle__guess_scopes_open(h, key, len, idx, gen)))) {
+       (idx != UINT32_MAX
+            ? throttle__guess_scopes_open(h, key, len, idx, gen)
+            : scopes_guessed_absent(h, key, len)))) {
     throttle__clear_msg(h); /* the hot path: one lookup */
     return 0;
   }
