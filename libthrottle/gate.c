@@ -560,7 +560,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   t->rec = rec_guess(h, key);
   t->be = NULL;
   if (h->be != NULL) {
-    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+    rc = throttle__be_enter(h, key, cls, &timeout_ms, nowait, &t->be,
                             &t->probe, wait_ms);
     if (rc == 0) {
       *out = t;
@@ -701,16 +701,11 @@ static void mirror_publish(throttle_t *h, throttle_ticket_t *t,
   if (throttle__lock(h) != 0)
     return;
   uint64_t now = throttle__now_ns();
-  struct throttle__rec *r;
-  if (throttle__insert_locked(h, t->key, plen,
-                              plen == t->len
-                                  ? ticket_hash(h, t)
-                                  : throttle__hash(h->seed, t->key, plen),
-                              now, &r) == 0)
-    throttle__publish_locked(h, r, now,
-                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
-                                 ? UINT64_MAX
-                                 : ms * THROTTLE__NS_PER_MS);
+  (void)throttle__publish_at_locked(h, t->key, t->len, plen,
+                                    ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                        ? UINT64_MAX
+                                        : ms * THROTTLE__NS_PER_MS,
+                                    now); /* the backend has it: a copy */
   throttle__unlock(h);
 }
 
@@ -761,16 +756,19 @@ static int report(throttle_t *h, throttle_ticket_t *t,
    * report_locked() (timed_leave) once it has seen the slots. */
   uint64_t now = publishes(outcome) || requeue ? throttle__now_ns() : 0;
   if (publishes(outcome))
-    throttle__scope_publish_locked(h, t->key, t->len, outcome,
-                                   delay_ns(retry_after_ms), now);
+    rc = throttle__scope_publish_locked(h, t->key, t->len, outcome,
+                                        delay_ns(retry_after_ms), now);
   /* The record the enter found, when it still holds the key: no hash
    * walk on the way out. */
   struct throttle__rec *r = throttle__rec_at_locked(h, t->rec, t->key, t->len);
   if (r == NULL)
     r = throttle__find_locked(h, t->key, t->len, ticket_hash(h, t));
-  if (r == NULL && publishes(outcome))
-    rc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
-                                 &r);
+  if (r == NULL && publishes(outcome)) {
+    int irc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t),
+                                      now, &r);
+    if (rc == 0)
+      rc = irc;
+  }
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||

@@ -37,12 +37,34 @@ void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   }
 }
 
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
-    return false;
+/* What a record holds, its slots aside, that its eviction would lose: a
+ * not-before to come, settings an operator made (never evicted), or a lock
+ * episode (a back-off published and no probe answered yet) or a probe
+ * out: evicted, the next callers would find the key (or the scope) new
+ * and all go at once (I3).  An episode holds its record until one maximum
+ * delay of the segment has passed since its not-before and its last use
+ * with nobody coming back for it: no herd is left to hold by then, and a
+ * table must not fill up with episodes that nobody will end. */
+static bool rec_holds(const throttle_t *h, const struct throttle__rec *r,
+                      uint64_t now) {
+  uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+  if (nb > now)
+    return true;
   if (r->fixed_cap || r->auto_max || r->rate_n ||
       (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
-    return false; /* settings an operator made: never evicted */
+    return true;
+  if (!(r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket == 0)
+    return false;
+  uint64_t since = nb > r->last_use_ns ? nb : r->last_use_ns;
+  if (since > now) /* shared memory is input: at most one delay from now */
+    since = now;
+  return now < throttle__sat_add(since, throttle__seg_max_ns(h));
+}
+
+bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
+                        uint64_t now) {
+  if (rec_holds(h, r, now))
+    return false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state != THROTTLE__SLOT_FREE)
       return false;
@@ -175,13 +197,12 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
 /* For eviction: a key that would be idle but for slots (no back-off, no
  * setting an operator made) is reaped now, whoever waits; true when that
  * leaves it idle (its only participants were dead or past their lease). */
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
-      r->fixed_cap || r->auto_max || r->rate_n ||
-      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
+                                uint64_t now) {
+  if (rec_holds(h, r, now))
     return false;
   (void)throttle__reap(r, now, true);
-  return throttle__rec_idle(r, now);
+  return throttle__rec_idle(h, r, now);
 }
 
 /* The count of callers beyond the slots (gate.c) is judged by evidence

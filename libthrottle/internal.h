@@ -416,12 +416,27 @@ int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
 void throttle__crashpoint(const char *name);
 
 /* table.c */
+/* A key's check (include/throttle.h, Conventions): 0, or THROTTLE_EKEY
+ * with the reason as h's message; *len its length.  Every entry point
+ * makes it before it looks anything up, so this thread's guesses only
+ * ever hold checked keys: the open-key path checks the length, asks the
+ * guesses alone (throttle__find_nolock with guessed_only), and checks the
+ * syntax (key_syntax, after key_len) only when they do not know the key. */
 int throttle__check_key(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_len(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_syntax(const throttle_t *h, const char *key, size_t len);
 uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
-/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable. */
+/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable; with
+ * guessed_only, THROTTLE__NOT_GUESSED unless this thread's guesses answer
+ * (then the key passed throttle__check_key before). */
+#define THROTTLE__NOT_GUESSED (-2)
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                          uint32_t *idx, uint32_t *seq);
+                          uint32_t *idx, uint32_t *seq, bool guessed_only);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+/* The latest not-before of the records holding key, by a scan of them all
+ * without the mutex or the index (for a caller failing open). */
+uint64_t throttle__scan_nb_nolock(const throttle_t *h, const char *key,
+                                  size_t len);
 /* This thread saw every scope of key, found at record idx, open under
  * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).
  * Lock-free; only a hint for the open-key path: any publish, pause,
@@ -448,9 +463,14 @@ uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
+/* May r be evicted: no slot in use, and nothing else eviction would lose
+ * (a not-before, a setting, a lock episode or probe: gate_grant.c)? */
+bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
+                        uint64_t now);
 
 /* backoff.c */
+/* The latest not-before of key and its scopes, read without the mutex and
+ * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
 /* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
@@ -596,7 +616,8 @@ void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
+bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
+                                uint64_t now);
 
 /* scope.c */
 /* The end of the next scope of key at or after from (a '/' past the first
@@ -702,10 +723,20 @@ void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
 uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
                                           size_t len, bool cancel);
 /* Publish outcome's back-off on the scope of key the handle routes it to
- * (nothing when that is the key itself: the caller publishes there). */
-void throttle__scope_publish_locked(throttle_t *h, const char *key,
-                                    size_t len, throttle_outcome_t outcome,
-                                    uint64_t delay_ns, uint64_t now);
+ * (nothing when that is the key itself: the caller publishes there), as
+ * throttle__publish_at_locked() does; 0, or why nothing was stored. */
+int throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                   size_t len, throttle_outcome_t outcome,
+                                   uint64_t delay_ns, uint64_t now);
+/* Publish a back-off on key's prefix of plen bytes (the key itself when
+ * plen is its length).  A scope with no record and no room for one (every
+ * record in use, none evictable) has it stored on the key instead: never
+ * early for the key, and the other keys beneath learn it from their own
+ * answers.  0 when stored, else THROTTLE_EFULL (or what the insert said):
+ * a back-off stored nowhere is never reported as published. */
+int throttle__publish_at_locked(throttle_t *h, const char *key, size_t len,
+                                uint32_t plen, uint64_t delay_ns,
+                                uint64_t now);
 /* After a change that can make a scope hold (see hdr->sgen). */
 static inline void throttle__scope_touch(throttle_t *h) {
   atomic_fetch_add_explicit(&h->hdr->sgen, 1, memory_order_release);

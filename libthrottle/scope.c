@@ -602,10 +602,13 @@ void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
     if (s != NULL && (s->flags & (THROTTLE__REC_ANSWERED |
                                   THROTTLE__REC_EPISODE)))
       continue; /* known, or its one probe is already the rule */
-    /* Only into a free record: evicting a key for a scope could take the
-     * key this admission is for (fail open: the keys go as before). */
+    /* Only into a free record, and only with room left for the key's own:
+     * evicting a key for a scope could take the key this admission is
+     * for, and a scope in its episode is not evicted for the key either
+     * (fail open: the keys go as before). */
     if (s == NULL &&
-        (h->hdr->used >= h->capacity ||
+        (h->hdr->used + (scope_rec(h, key, len) == NULL ? 2u : 1u) >
+             h->capacity ||
          throttle__insert_locked(h, key, p, throttle__hash(h->seed, key, p),
                                  now, &s) != 0))
       continue;
@@ -662,15 +665,28 @@ uint32_t throttle__publish_len(const throttle_t *h, const char *key,
   return (uint32_t)len;
 }
 
-void throttle__scope_publish_locked(throttle_t *h, const char *key,
-                                    size_t len, throttle_outcome_t outcome,
-                                    uint64_t delay_ns, uint64_t now) {
-  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+int throttle__publish_at_locked(throttle_t *h, const char *key, size_t len,
+                                uint32_t plen, uint64_t delay_ns,
+                                uint64_t now) {
   struct throttle__rec *s;
-  if (plen < len &&
-      throttle__insert_locked(h, key, plen, throttle__hash(h->seed, key, plen),
+  int rc = throttle__insert_locked(h, key, plen,
+                                   throttle__hash(h->seed, key, plen), now, &s);
+  if (rc != 0 && plen < len &&
+      throttle__insert_locked(h, key, len, throttle__hash(h->seed, key, len),
                               now, &s) == 0)
+    rc = 0; /* on the key: never early for it, at least */
+  if (rc == 0)
     throttle__publish_locked(h, s, now, delay_ns);
+  return rc;
+}
+
+int throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                   size_t len, throttle_outcome_t outcome,
+                                   uint64_t delay_ns, uint64_t now) {
+  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+  return plen < len ? throttle__publish_at_locked(h, key, len, plen,
+                                                  delay_ns, now)
+                    : 0;
 }
 
 THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,

@@ -1,13 +1,15 @@
 -- enter: ARGV 5.. wid (0 = arrive now), class, lease ms, liveness ms, host,
 -- pid, nowait (1/0), ms left before the caller's deadline (-1 = none), the
--- lengths of the names a 429 and a 503 go to (the cold-scope rule).
+-- lengths of the names a 429 and a 503 go to (the cold-scope rule), and
+-- the call's token (kept in its waiter and holder records: a caller whose
+-- command failed gives back by it what the command did, leave.lua).
 -- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
 -- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
 -- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
 -- and not waiting (nowait, or the not-before lies past the deadline).
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
-local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
+local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
 -- 1 when admission id is the probe of its key's episode or of a scope's
 -- (gate.c: throttle_ticket_is_probe())
@@ -34,7 +36,7 @@ touched[W], touched[WI] = true, true
 reap()
 if fresh then
   if wid == '0' then wid = fence() end
-  redis.call('ZADD', W, wid, wid)
+  redis.call('ZADD', W, wscore(cls, wid), wid)
 else
   local v = redis.call('HGET', WI, wid)
   if not v then

@@ -38,10 +38,13 @@ elseif what == 'cancel' then
     if w[7] == 'w' then
       w[7] = 'c'
       redis.call('HSET', WI, ws[i], table.concat(w, ' '))
+      redis.call('ZREM', W, ws[i]) -- off the queue; woken, its look is told
+      push(ws[i])
     end
   end
 elseif what == 'clear' then
-  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears')
+  -- 'cleared': a host's copy published before it is never healed back
+  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears'); p('cleared', now)
 elseif what == 'wait' then
   -- a caller that had to sleep: counters only
   inc('waits'); p('waited_ms', g('waited_ms') + a)
@@ -49,6 +52,7 @@ elseif what == 'wait' then
   return 0
 end
 reap()
+reap_waiters()
 grant(nil)
 wake_all()
 wake_beneath()

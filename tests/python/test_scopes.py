@@ -322,6 +322,11 @@ def test_backend_bad_value(segment, bad, exc):
 def test_backend_password_is_not_shown(segment):
     # nothing listens there: the handle opens, and serves from the segment
     # while Redis cannot be reached
-    with libthrottle.Throttle(
-            backend="redis://:s3cret@127.0.0.1:1/0") as t:
+    with pytest.warns(libthrottle.FallbackWarning) as w:
+        t = libthrottle.Throttle(backend="redis://:s3cret@127.0.0.1:1/0")
+    with t:
         assert "s3cret" not in t.backend and "***" in t.backend
+        # nor in what says Redis cannot be reached
+        assert "s3cret" not in str(w[0].message)
+        assert "s3cret" not in str(t.open_error)
+        assert "***" in str(t.open_error)
