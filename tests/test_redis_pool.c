@@ -21,11 +21,18 @@ static struct th_redis R;
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "test_pool.c"
 
-static int setup(void **state) { return th_redis_setup(state, &R); }
+/* A dead waiter is told by its liveness lapsing (no /proc across hosts):
+ * 2 s here, so that one killed is judged well within a waiter's wait. */
+static int setup(void **state) {
+  if (setenv("THROTTLE_LIVENESS_MS", "2000", 1) != 0)
+    return -1;
+  return th_redis_setup(state, &R);
+}
 
 static int teardown(void **state) {
   int rc = th_teardown(state);
   th_redis_cleanup(&R);
+  unsetenv("THROTTLE_LIVENESS_MS");
   return rc;
 }
 
