@@ -65,7 +65,7 @@ static pid_t queue_kid(struct th_fx *fx, struct kid *k, const char *key,
                        int up) {
   *k = (struct kid){fx, key, up, k->timeout_ms, 0};
   pid_t pid = th_spawn(fx, kid_enters, k);
-  th_wait_field(fx->h, key, THROTTLE_FIELD_WAITING_LIVE, 1, 5000);
+  th_wait_field(fx->h, key, THROTTLE_FIELD_WAITING_LIVE, 1, HANG_GUARD_MS);
   return pid;
 }
 
