@@ -451,7 +451,11 @@ THROTTLE_EXTERN int throttle_try_enter(throttle_t *h, const char *key,
 
 /* 1 if the ticket was admitted as the probe of a lock episode: of its
  * key's, or of a scope's (the first admission beneath after a scope's
- * back-off, or the first request of a cold scope). */
+ * back-off, or the first request of a cold scope).  The others beneath
+ * wait for a probe's answer, the caller too: a probe of a scope's
+ * back-off that enters (or waits on) another key beneath it before it
+ * leaves waits for itself until its lease lapses, so report the probe
+ * first (a cold scope's first request holds the others 1 s at most). */
 THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 
 /* Report the outcome, free the slot (handing it to the oldest waiter) and

@@ -46,11 +46,16 @@
  *   - pools: a scope with a fixed cap or a rate bounds the sum of the
  *     admissions beneath it; a grant takes a place at every pool above at
  *     once, in the script that grants it; FIFO across the keys of a pool,
- *     live before backfill, among waiters whose own key would let them go
- *     (as each last saw it); a leave frees the places and wakes the
- *     waiters beneath, and the oldest eligible one takes the place.  Places
- *     of dead holders are reclaimed by the holder's liveness and lease, as
- *     its slot is (the heartbeat refreshes the places with the slot).
+ *     live before backfill, among waiters whose own key and every scope
+ *     between it and the pool would let them go (as each last saw it:
+ *     common.lua hold_depth; a waiter whose liveness lapsed counts no
+ *     more); a leave frees the places and wakes the waiters beneath, and
+ *     the oldest eligible one takes the place.  Places of dead holders
+ *     are reclaimed by the holder's liveness and lease, as its slot is
+ *     (the heartbeat refreshes the places with the slot).  A cap set on a
+ *     scope counts the holders already beneath it at their next heartbeat
+ *     (a quarter of the liveness), which gives each its place: the setter
+ *     cannot name those keys, a script sees only the keys it is given.
  *     Rejected: a pool queue of its own (a second FIFO to keep in step
  *     with the keys' queues; the beneath hash already holds each
  *     waiter's class and arrival), and reading the other keys' state to

@@ -158,7 +158,12 @@ static void rds_close(void *be) {
     r->giveback = g->next;
     free(g);
   }
-  pthread_cond_destroy(&r->beat_cv);
+  /* Not in a forked child: the parent's heartbeat thread may have been
+   * asleep on the condition variable at the fork, and glibc's destroy
+   * waits for its waiters, here a thread that does not exist (the child's
+   * close hung forever).  The memory is freed all the same. */
+  if (r->pid == getpid())
+    pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
 }

@@ -149,8 +149,9 @@ end
 -- (the waiters and watchers of the keys below it, when it is itself a
 -- scope); then two per scope: its state hash and its beneath hash.  A
 -- beneath entry: field = the list its waiter or watcher sleeps on, value =
--- class ('w' for a watcher), arrival id, live_until, eligible (1: only a
--- scope or a pool held it at its last look, its own key would let it go),
+-- class ('w' for a watcher), arrival id, live_until, eligible (1: at its
+-- last look its own key and every scope deeper than this one would let it
+-- go, so this scope's pool's turn is its to take: hold_depth),
 -- the scope's cancel generation at its arrival.  A holder's place in a
 -- scope (its probe, or its place in a pool) is a holder field of the
 -- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
@@ -283,35 +284,65 @@ local function someone_ahead(sc, cls, id)
   return false
 end
 
+-- Is the pool sc full for a waiter of class cls (scope.c pool_full): its
+-- rate spent (and when time alone may allow it), its cap reached, or
+-- backfill at its share?
+local function pool_full(sc, cls)
+  local rn = sg(sc, 'rate_n')
+  if rn > 0 then
+    local T = math.floor(sg(sc, 'rate_period') / rn)
+    local tat = sg(sc, 'rate_tat')
+    if tat - T * (rn - 1) > now then return true, tat - T * (rn - 1) end
+  end
+  local cap = sg(sc, 'fixed_cap')
+  if cap > SLOTS then cap = SLOTS end
+  if cap > 0 then
+    local n, bf = sc_places(sc)
+    if n >= cap then return true end
+    if cls == '1' then
+      local share = 1000
+      if sg(sc, 'share_set') == 1 then share = math.min(sg(sc, 'share'), 1000) end
+      local bf_cap = 0
+      if share > 0 then bf_cap = math.max(1, math.floor(cap * share / 1000)) end
+      if bf >= bf_cap then return true end
+    end
+  end
+  return false
+end
+
 -- May a waiter (class cls, arrival id) take a place in every pool above
 -- the key now (scope.c throttle__scope_pool_allows_locked)?  false and,
 -- when a rate is what holds it, when time alone may allow it.
 local function pool_allows(cls, id)
   for _, sc in ipairs(SC) do
     if is_pool(sc) then
-      local rn = sg(sc, 'rate_n')
-      if rn > 0 then
-        local T = math.floor(sg(sc, 'rate_period') / rn)
-        local tat = sg(sc, 'rate_tat')
-        if tat - T * (rn - 1) > now then return false, tat - T * (rn - 1) end
-      end
-      local cap = sg(sc, 'fixed_cap')
-      if cap > SLOTS then cap = SLOTS end
-      if cap > 0 then
-        local n, bf = sc_places(sc)
-        if n >= cap then return false end
-        if cls == '1' then
-          local share = 1000
-          if sg(sc, 'share_set') == 1 then share = math.min(sg(sc, 'share'), 1000) end
-          local bf_cap = 0
-          if share > 0 then bf_cap = math.max(1, math.floor(cap * share / 1000)) end
-          if bf >= bf_cap then return false end
-        end
-      end
+      local full, ready = pool_full(sc, cls)
+      if full then return false, ready end
       if someone_ahead(sc, cls, id) then return false end
     end
   end
   return true
+end
+
+-- The deepest scope (its index in SC, root 1) that holds a waiter of
+-- class cls by itself (scope.c could_go): a pause, a not-before, a probe
+-- out (a cold scope's first request within its hold), a pool that is full
+-- (cap, backfill share, rate); 0 when none.  A waiter held by a scope
+-- deeper than a pool does not hold that pool's turn (scope.c someone_ahead).
+local function hold_depth(cls)
+  for i = #SC, 1, -1 do
+    local sc = SC[i]
+    if sg(sc, 'paused') == 1 or sc_nb(sc) > now then return i end
+    if sg(sc, 'episode') == 1 then
+      local pv = (sc.s['probe'] or '0') ~= '0' and sc.s['h:' .. sc.s['probe']]
+      if pv and (sg(sc, 'answered') == 1 or
+                 (tonumber(words(pv)[4]) or 0) + COLD_HOLD > now) then
+        return i
+      end
+    end
+    if is_pool(sc) and pool_full(sc, cls) then return i end
+  end
+  return 0
 end
 
 -- id was just granted with holder value v: it takes its place in every
@@ -403,25 +434,33 @@ end
 -- Waiters and watchers of this key in the beneath hash of every scope:
 -- registered (or refreshed, keeping the cancel generation of their
 -- arrival), marked, dropped, or canceled by a scope since they came.
-local function beneath_add(id, cls, live_until, elig)
-  for _, sc in ipairs(SC) do
+-- Eligible at the scope of index i (its pool's turn is the waiter's to
+-- take): held by nothing deeper than that scope (depth, hold_depth()), its
+-- own key letting it go (depth nil: held by its key, eligible nowhere).
+local function elig_at(i, depth)
+  return (depth ~= nil and depth <= i) and '1' or '0'
+end
+local function beneath_add(id, cls, live_until, depth)
+  for i, sc in ipairs(SC) do
     local f = QP .. id
     local old = redis.call('HGET', sc.b, f)
     local cg = old and words(old)[5] or fmt(sg(sc, 'cancel_gen'))
-    redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until), elig, cg}, ' '))
+    redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until),
+      elig_at(i, depth), cg}, ' '))
     sc.touch_b = true
   end
 end
 local function beneath_del(id)
   for _, sc in ipairs(SC) do redis.call('HDEL', sc.b, QP .. id) end
 end
-local function beneath_elig(id, elig)
-  for _, sc in ipairs(SC) do
+local function beneath_elig(id, depth)
+  for i, sc in ipairs(SC) do
     local old = redis.call('HGET', sc.b, QP .. id)
     if old then
       local w = words(old)
-      if w[4] ~= elig then
-        w[4] = elig
+      local e = elig_at(i, depth)
+      if w[4] ~= e then
+        w[4] = e
         redis.call('HSET', sc.b, QP .. id, table.concat(w, ' '))
       end
     end
@@ -553,7 +592,7 @@ local function grant(self)
     local pok, pnext = pool_allows(w[1], id)
     if not pok then
       scope_held = true
-      beneath_elig(id, '1')
+      beneath_elig(id, hold_depth(w[1]))
       return pnext
     end
     local rn = g('rate_n')

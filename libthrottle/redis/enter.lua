@@ -73,6 +73,6 @@ if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   if nb > now then hint = nb - now else hint = 0 end
   return {4, wid, 0, hint}
 end
-beneath_add(wid, cls, now + live, scope_held and '1' or '0')
+beneath_add(wid, cls, now + live, scope_held and hold_depth(cls) or nil)
 store()
 return {1, wid, 0, hint}
