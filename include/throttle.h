@@ -260,7 +260,8 @@ THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
  * the default).  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
  * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
  * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
- * libthrottle, or the loader's search path.  The segment stays open: while
+ * libthrottle or its libthrottle/ subdirectory, or the loader's search
+ * path.  The segment stays open: while
  * Redis is unreachable, calls are served there (for this host's processes)
  * and throttle_errmsg() says so; they go back to Redis when it answers.
  * Redis is then the only clock (see README, "Across hosts").

@@ -51,12 +51,18 @@ static void *load_module(char *why, size_t len) {
   }
   Dl_info di;
   if (dladdr((void *)throttle_open, &di) != 0 && di.dli_fname != NULL) {
+    /* Beside libthrottle, then in its libthrottle/ subdirectory, where a
+     * distribution keeps a module nobody links against. */
     char dir[4096], full[4200];
     snprintf(dir, sizeof dir, "%s", di.dli_fname);
-    snprintf(full, sizeof full, "%s/%s", dirname(dir), MODULE_SONAME);
-    void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
-    if (dl != NULL)
-      return dl;
+    const char *d = dirname(dir);
+    static const char *const sub[] = {"", "libthrottle/"};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+      snprintf(full, sizeof full, "%s/%s%s", d, sub[i], MODULE_SONAME);
+      void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+      if (dl != NULL)
+        return dl;
+    }
   }
   void *dl = dlopen(MODULE_SONAME, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL)
