@@ -307,6 +307,17 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
  * password replaced by "***".  Never NULL. */
 THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
 
+/* The backend's health as h last met it: *up is 1 when h's last call
+ * reached it (always for "shm"), 0 when that call was served by this
+ * host's segment because the backend was unreachable; then *down_ms (may
+ * be NULL) is how long ago h first found it so, and *served (may be NULL)
+ * how many calls the segment served for h since; both 0 while up.  A
+ * handle that has made no call yet reads up.
+ * Errors: THROTTLE_EINVAL (h or up NULL). */
+THROTTLE_EXTERN int throttle_backend_status(const throttle_t *h, int *up,
+                                            uint64_t *down_ms,
+                                            uint64_t *served);
+
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),

@@ -295,6 +295,23 @@ static void write_scopes(FILE *f, const char *seg, const struct ctl_keys *k) {
 
 static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
   write_status(f, seg, 1);
+  if (strcmp(k->backend, "shm") != 0) {
+    head(f, "throttle_backend_up", GAUGE,
+         "1 when the backend answered, 0 while this host's segment serves "
+         "in its place.");
+    fputs("throttle_backend_up{segment=\"", f);
+    label_value(f, seg);
+    fputs("\",backend=\"", f);
+    label_value(f, k->backend);
+    fprintf(f, "\"} %d\n", k->backend_up);
+    head(f, "throttle_backend_down_seconds", GAUGE,
+         "Seconds since the backend was found unreachable (0 while up).");
+    fputs("throttle_backend_down_seconds{segment=\"", f);
+    label_value(f, seg);
+    fputs("\",backend=\"", f);
+    label_value(f, k->backend);
+    fprintf(f, "\"} %.3f\n", (double)k->backend_down_ms / 1000.0);
+  }
   head(f, "throttle_segment_keys", GAUGE, "Keys in the segment's table.");
   fputs("throttle_segment_keys{segment=\"", f);
   label_value(f, seg);
