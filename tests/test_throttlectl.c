@@ -591,21 +591,45 @@ static void test_throttlectl_ls_json_parses(void **state) {
   result_free(&r);
 }
 
+/* Overwrite the bytes of key where the segment holds them (its record)
+ * with as many others: what a writer outside the library can do. */
+static void forge_key_bytes(const char *seg, const char *key,
+                            const char *bytes) {
+  char path[256];
+  snprintf(path, sizeof path, "/dev/shm%s", seg);
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  char *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd, 0);
+  close(fd);
+  assert_true(base != MAP_FAILED);
+  char *at = memmem(base, (size_t)st.st_size, key, strlen(key) + 1);
+  assert_non_null(at);
+  memcpy(at, bytes, strlen(key));
+  munmap(base, (size_t)st.st_size);
+}
+
+/* Keys with control bytes are refused (exit 64); one that a writer
+ * outside the library put in the segment is still shown escaped. */
 static void test_throttlectl_json_escapes_keys(void **state) {
   struct seg *s = *state;
   struct result r;
   const char *key = "q\"uo\\te\ttab\x01 caf\xc3\xa9";
-  assert_status(&r, ctl(&r, s->name, "backoff", key, "5", END), 0);
+  assert_status(&r, ctl(&r, s->name, "backoff", key, "5", END), 64);
   result_free(&r);
+  const char *printable = "q\"uo\\te_tab_ caf\xc3\xa9";
+  assert_status(&r, ctl(&r, s->name, "backoff", printable, "5", END), 0);
+  result_free(&r);
+  forge_key_bytes(s->name, printable, key);
   assert_status(&r, ctl(&r, s->name, "ls", "--json", END), 0);
   assert_non_null(
       strstr(r.out, "\"key\":\"q\\\"uo\\\\te\\u0009tab\\u0001 caf\xc3\xa9\""));
   if (have_python)
     assert_int_equal(python_json(r.out, PY_HAS_KEY, key), 0);
   result_free(&r);
-  assert_status(&r, ctl(&r, s->name, "show", key, "--json", END), 0);
-  if (have_python)
-    assert_int_equal(python_json(r.out, PY_HAS_KEY, key), 0);
+  assert_status(&r, ctl(&r, s->name, "show", key, "--json", END), 64);
   result_free(&r);
   /* The text forms show control bytes escaped, never raw. */
   assert_status(&r, ctl(&r, s->name, "ls", END), 0);
@@ -1054,6 +1078,43 @@ static void test_throttlectl_cancel_ends_waiting_run(void **state) {
   result_free(&r);
   assert_status(&r, ctl(&r, s->name, "cancel", "unknown", END), 1);
   assert_non_null(strstr(r.err, "no such key"));
+  result_free(&r);
+}
+
+/* A key has 32 participant slots: 35 callers waiting on a paused key are
+ * all counted, 32 are listed, and show (text and JSON) says how many it
+ * left out; a cancel ends them all, those beyond the slots too. */
+static void test_throttlectl_show_counts_waiters_it_does_not_list(
+    void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "pause", "q", END), 0);
+  result_free(&r);
+  enum { N = 35 };
+  struct proc w[N];
+  for (int i = 0; i < N; i++) {
+    ctl_spawn(&w[i], s->name, "run", "q", "--timeout", "60", "--", "true",
+              END);
+    wait_field(s, "q", "waiting_live", i + 1);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "waiting_live"), N);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), N - 32);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "q", END), 0);
+  assert_non_null(strstr(r.out, "\nwaiters not listed: 3\n"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "cancel", "q", END), 0);
+  result_free(&r);
+  for (int i = 0; i < N; i++) {
+    finish(&w[i], &r);
+    assert_status(&r, r.status, 1); /* canceled, not timed out */
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "canceled"), N);
+  assert_int_equal(json_int(r.out, "waiting_live"), 0);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), 0);
   result_free(&r);
 }
 
@@ -1577,6 +1638,7 @@ int main(void) {
       T(test_throttlectl_ls_patterns),
       T(test_throttlectl_pause_holds_run_until_resume),
       T(test_throttlectl_cancel_ends_waiting_run),
+      T(test_throttlectl_show_counts_waiters_it_does_not_list),
       T(test_throttlectl_run_passes_on_permanent_status),
       T(test_throttlectl_run_retries_locked_then_gives_up),
       T(test_throttlectl_run_succeeds_on_second_attempt),

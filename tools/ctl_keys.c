@@ -621,6 +621,11 @@ int ctl_cmd_show(struct ctx *c) {
     rc = parties_text("holders", hv, row->hcount);
     if (rc == 0 && row->wcount > 0)
       rc = parties_text("waiters", hv + row->hcount, row->wcount);
+    /* a list that had to be cut says so (waiters beyond the key's slots,
+     * whose pids are not kept, or past the first 32) */
+    if (rc == 0 && row->field[THROTTLE_FIELD_WAITERS_UNLISTED] > 0)
+      printf("waiters not listed: %lld\n",
+             (long long)row->field[THROTTLE_FIELD_WAITERS_UNLISTED]);
     if (rc == 0 && b.keys)
       printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
              (long long)b.keys, (long long)b.flight, (long long)b.wait);

@@ -49,12 +49,9 @@ int ctl_check_watch(struct ctx *c) {
       c->interval_ms = INTERVAL_MAX_MS;
     }
   }
-  for (int i = 0; i < c->nargs; i++) {
-    size_t n = strlen(c->args[i]);
-    if (n == 0 || n > KEY_MAX)
-      return ctl_usage_error(c->cmd, "KEY must be 1 to %d bytes, not %zu",
-                             KEY_MAX, n);
-  }
+  for (int i = 0; i < c->nargs; i++)
+    if (throttle_check_key(c->args[i]) != 0)
+      return ctl_usage_error(c->cmd, "KEY: %s", throttle_errmsg(NULL));
   return 0;
 }
 

@@ -543,12 +543,8 @@ static int parse_command_args(struct ctx *c, int argc, char **argv) {
   if (c->nargs > cmd->max_args)
     return ctl_usage_error(cmd, "unexpected argument '%s'",
                            c->args[cmd->max_args]);
-  if (cmd->key_first && c->nargs > 0) {
-    size_t n = strlen(c->args[0]);
-    if (n == 0 || n > KEY_MAX)
-      return ctl_usage_error(cmd, "KEY must be 1 to %d bytes, not %zu", KEY_MAX,
-                             n);
-  }
+  if (cmd->key_first && c->nargs > 0 && throttle_check_key(c->args[0]) != 0)
+    return ctl_usage_error(cmd, "KEY: %s", throttle_errmsg(NULL));
   return 0;
 }
 
