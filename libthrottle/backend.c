@@ -27,6 +27,8 @@ struct throttle__be {
   const struct throttle__backend *ops;
   void *state;
   _Atomic int down; /* the last call was served by the segment */
+  _Atomic uint64_t down_since_ns; /* throttle__mono_ns() when it went down */
+  _Atomic uint64_t served_down;   /* calls the segment served since then */
   _Atomic unsigned notice_gen; /* the backend's notice last copied */
   char env_warn[256]; /* the module's warnings about its environment */
 };
@@ -64,12 +66,18 @@ static void *load_module(char *why, size_t len) {
   }
   Dl_info di;
   if (dladdr((void *)throttle_open, &di) != 0 && di.dli_fname != NULL) {
+    /* Beside libthrottle, then in its libthrottle/ subdirectory, where a
+     * distribution keeps a module nobody links against. */
     char dir[4096], full[4200];
     snprintf(dir, sizeof dir, "%s", di.dli_fname);
-    snprintf(full, sizeof full, "%s/%s", dirname(dir), MODULE_SONAME);
-    void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
-    if (dl != NULL)
-      return dl;
+    const char *d = dirname(dir);
+    static const char *const sub[] = {"", "libthrottle/"};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+      snprintf(full, sizeof full, "%s/%s%s", d, sub[i], MODULE_SONAME);
+      void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+      if (dl != NULL)
+        return dl;
+    }
   }
   void *dl = dlopen(MODULE_SONAME, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL)
@@ -151,6 +159,23 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h) {
   return h != NULL && h->be != NULL ? h->be->shown : "shm";
 }
 
+THROTTLE_EXTERN int throttle_backend_status(const throttle_t *h, int *up,
+                                            uint64_t *down_ms,
+                                            uint64_t *served) {
+  if (h == NULL || up == NULL)
+    return THROTTLE_EINVAL;
+  const struct throttle__be *be = h->be;
+  int down = be != NULL && atomic_load(&be->down);
+  uint64_t since = down ? atomic_load(&be->down_since_ns) : 0,
+           now = down ? throttle__mono_ns() : 0;
+  *up = !down;
+  if (down_ms != NULL)
+    *down_ms = down && now > since ? (now - since) / THROTTLE__NS_PER_MS : 0;
+  if (served != NULL)
+    *served = down ? atomic_load(&be->served_down) : 0;
+  return 0;
+}
+
 void throttle__be_close(throttle_t *h) {
   struct throttle__be *be = h->be;
   if (be == NULL)
@@ -167,9 +192,13 @@ void throttle__be_close(throttle_t *h) {
 static int result(throttle_t *h, int rc) {
   struct throttle__be *be = h->be;
   if (rc == THROTTLE__BE_DOWN) {
-    if (!atomic_exchange(&be->down, 1))
+    if (!atomic_exchange(&be->down, 1)) {
+      atomic_store(&be->down_since_ns, throttle__mono_ns());
+      atomic_store(&be->served_down, 0);
       snprintf(h->open_msg, sizeof h->open_msg, "%s",
                be->ops->errmsg(be->state));
+    }
+    atomic_fetch_add(&be->served_down, 1);
     return rc;
   }
   /* back from the segment, or the backend's warning changed: the
