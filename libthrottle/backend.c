@@ -289,8 +289,11 @@ static int enter(throttle_t *h, const char *key, int cls,
     heal(h, key);
     uint64_t left = timeout_ms;
     spend(&left, t0);
+    struct throttle__be_settings set = {0};
     int rc = h->be->ops->enter(h->be->state, key, cls, left, nowait, tk,
-                               probe, wait_ms, cold);
+                               probe, wait_ms, cold, &set);
+    /* the key's settings, kept for a time the backend is away */
+    throttle__segment_mirror(h, key, &set);
     if (rc == 0 && throttle__segment_busy(h, key)) {
       (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,
                               0, (uint32_t)len);

@@ -58,6 +58,21 @@ enum {
   THROTTLE__BE_CAP_AUTO, /* a = auto:MAX bound (0 = none): learned, <= a */
 };
 
+/* What a backend knows of a key's own settings, told with each enter's
+ * answer and mirrored in the host's segment (settings.c
+ * throttle__segment_mirror), so that they hold on this host while the
+ * backend is away.  known 0: nothing told. */
+struct throttle__be_settings {
+  int known;
+  uint32_t fixed_cap; /* 0 = auto */
+  uint32_t auto_max;  /* auto:MAX bound, 0 = none */
+  int paused;
+  uint32_t rate_n; /* 0 = no rate */
+  uint64_t rate_period_ms;
+  int share_set;
+  uint32_t share_permille;
+};
+
 struct throttle__backend {
   uint32_t abi; /* THROTTLE__BACKEND_ABI */
   const char *name;
@@ -83,7 +98,7 @@ struct throttle__backend {
    * rule, scope.c throttle__scope_enter_locked). */
   int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
                int nowait, void **tk, int *probe, uint64_t *wait_ms,
-               const uint32_t cold[2]);
+               const uint32_t cold[2], struct throttle__be_settings *set);
   /* Frees tk whatever it returns.  pub_len: where a back-off the outcome
    * publishes goes, as the length of its name (the key's own length, or
    * one of its scopes', scope.c throttle__publish_len). */
@@ -134,6 +149,10 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
  * (ms, 0 = none), and the copy dropped (cleared on the backend since). */
 uint64_t throttle__segment_published_ago(throttle_t *h, const char *key);
 void throttle__segment_forget(throttle_t *h, const char *key);
+/* settings.c: what the backend told of key's settings, written into the
+ * segment where it differs (waking the key's waiters then). */
+void throttle__segment_mirror(throttle_t *h, const char *key,
+                              const struct throttle__be_settings *s);
 /* backoff.c: the segment still admits or queues callers of key. */
 bool throttle__segment_busy(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);

@@ -572,9 +572,28 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   return 0;
 }
 
+/* The key's settings an enter reply carries (enter.lua), bounded: the
+ * hash is input (I8). */
+static void settings_of(const redisReply *rep, struct throttle__be_settings *set) {
+  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING)
+    return;
+  unsigned long long v[7];
+  if (sscanf(rep->element[4]->str, "%llu %llu %llu %llu %llu %llu %llu",
+             &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)
+    return;
+  set->known = 1;
+  set->fixed_cap = v[0] <= THROTTLE__SLOTS ? (uint32_t)v[0] : THROTTLE__SLOTS;
+  set->auto_max = v[1] <= THROTTLE__SLOTS ? (uint32_t)v[1] : THROTTLE__SLOTS;
+  set->paused = v[2] == 1;
+  set->rate_n = v[3] <= UINT32_MAX && v[4] > 0 ? (uint32_t)v[3] : 0;
+  set->rate_period_ms = set->rate_n ? v[4] : 0;
+  set->share_set = v[5] == 1;
+  set->share_permille = v[6] <= 1000 ? (uint32_t)v[6] : 1000;
+}
+
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                      int nowait, void **tk, int *probe, uint64_t *wait_ms,
-                     const uint32_t cold[2]) {
+                     const uint32_t cold[2], struct throttle__be_settings *set) {
   struct rds *r = be;
   uint64_t start = rds_mono_ms();
   uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
@@ -618,6 +637,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                     timeout_ms);
     }
     int64_t st = elem_int(rep, 0);
+    settings_of(rep, set);
     if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
       rds_bad_reply(c, "enter", rep);
       freeReplyObject(rep);
