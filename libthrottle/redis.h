@@ -77,9 +77,13 @@
  *                    learned cap (auto_* fields, common.lua), counters,
  *                    the fence counter, and the holders as fields
  *                    h:FENCE -> class probe concurrent since live_until
- *                    lease_until lease liveness host pid (one key: an
- *                    uncontended admission is one read and one write of
- *                    it).  For a scope (a key up to its last '/'), also
+ *                    lease_until lease liveness host pid token (one key:
+ *                    an uncontended admission is one read and one write
+ *                    of it); born (Redis us when the hash was made: a
+ *                    holder with a lower fence is one Redis lost, which
+ *                    its heartbeat registers again) and cleared (Redis ms
+ *                    of the last clear: a host's copy published before it
+ *                    is not healed back).  For a scope (a key up to its last '/'), also
  *                    what the last refusal beneath it taught (seed_*),
  *                    copied by a key new to it; a hash holding only
  *                    those is no key.
@@ -87,6 +91,8 @@
  *                    score = id, + 2^52 for backfill: the oldest of a
  *                    class is one range lookup, O(log N) per look)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
+ *                    token (the enter call's: a caller whose command
+ *                    failed gives back by it what the command did)
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
  *   thr1:{R}:b:KEY   when KEY is a scope: the waiters and watchers of the
@@ -103,7 +109,8 @@
  * idle is opened again once; every reply's shape is checked; BLPOP
  * refused means polling every RDS_POLL_MS, said as a standing notice, as
  * is an eviction policy other than noeviction (read at open); a waiting
- * call's commands end by its deadline.
+ * call's commands end by its deadline; an enter's answer carries the key's
+ * settings, which the core mirrors in the host's segment.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one
