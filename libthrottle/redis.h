@@ -142,6 +142,7 @@ struct rds_ticket {
   char fence[32];
   int lapsed; /* the heartbeat found it gone */
   int cls;
+  pid_t pid;         /* the holder: a forked child beats only its own */
   uint64_t since_ms; /* monotonic, at the grant */
   char key[THROTTLE__KEY_MAX + 1];
 };
@@ -152,6 +153,7 @@ struct rds_ticket {
 struct rds_giveback {
   struct rds_giveback *next;
   char token[48];
+  pid_t pid;      /* whose: a forked child sends only its own */
   uint64_t until; /* monotonic ms */
   char key[THROTTLE__KEY_MAX + 1];
 };
@@ -198,6 +200,7 @@ struct rds {
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;
+  pid_t beat_pid; /* the process whose thread beat is: a child has none */
   struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 

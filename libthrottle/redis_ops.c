@@ -147,7 +147,7 @@ static void rds_close(void *be) {
     return;
   reg_remove(r);
   pthread_mutex_lock(&r->mu);
-  int running = r->beat_running && r->pid == getpid();
+  int running = r->beat_running && r->beat_pid == getpid();
   r->stopping = 1;
   pthread_cond_broadcast(&r->beat_cv);
   pthread_mutex_unlock(&r->mu);
@@ -194,6 +194,10 @@ static void give_back_round(struct rds *r, redisContext **c) {
   snprintf(pid, sizeof pid, "%d", (int)getpid());
   for (struct rds_giveback **pp = &r->giveback; *pp != NULL;) {
     struct rds_giveback g = **pp;
+    if (g.pid != getpid()) { /* the parent's */
+      pp = &(*pp)->next;
+      continue;
+    }
     pthread_mutex_unlock(&r->mu);
     int done = rds_mono_ms() > g.until;
     if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
@@ -231,6 +235,7 @@ static void beat_round(struct rds *r, redisContext **c) {
   if (r->giveback != NULL)
     give_back_round(r, c);
   size_t n = 0;
+  pid_t me = getpid();
   for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
     n++;
   struct beat_one {
@@ -244,8 +249,8 @@ static void beat_round(struct rds *r, redisContext **c) {
   size_t i = 0;
   uint64_t now = rds_mono_ms();
   for (struct rds_ticket *t = r->held; t != NULL; t = t->next) {
-    if (t->lapsed)
-      continue; /* taken back: nothing to keep alive */
+    if (t->lapsed || t->pid != me)
+      continue; /* taken back, or the parent's: nothing to keep alive */
     memcpy(v[i].fence, t->fence, sizeof v[i].fence);
     memcpy(v[i].key, t->key, sizeof v[i].key);
     snprintf(v[i].cls, sizeof v[i].cls, "%d", t->cls);
@@ -308,10 +313,16 @@ static void *beat_main(void *arg) {
   return NULL;
 }
 
+/* A forked child inherits the flag but not the thread: it starts its own,
+ * which beats the child's admissions and sends its give-backs only (the
+ * parent's, copied into the child, stay the parent's: beaten by the child
+ * they would outlive a parent that died). */
 static void start_beat_locked(struct rds *r) {
-  if (!r->beat_running && !r->stopping &&
-      pthread_create(&r->beat, NULL, beat_main, r) == 0)
+  if ((!r->beat_running || r->beat_pid != getpid()) && !r->stopping &&
+      pthread_create(&r->beat, NULL, beat_main, r) == 0) {
     r->beat_running = 1;
+    r->beat_pid = getpid();
+  }
 }
 
 static void hold(struct rds *r, struct rds_ticket *t) {
@@ -333,6 +344,7 @@ static void give_back(struct rds *r, const char *key, const char *token) {
   snprintf(g->token, sizeof g->token, "%s", token);
   snprintf(g->key, sizeof g->key, "%s", key);
   g->until = rds_mono_ms() + r->liveness_ms;
+  g->pid = getpid();
   pthread_mutex_lock(&r->mu);
   g->next = r->giveback;
   r->giveback = g;
@@ -663,6 +675,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       snprintf(t->fence, sizeof t->fence, "%s", id);
       snprintf(t->key, sizeof t->key, "%s", key);
       t->cls = cls;
+      t->pid = getpid();
       t->since_ms = rds_mono_ms();
       hold(r, t);
       *tk = t;

@@ -583,6 +583,50 @@ static void test_redis_faults_settings_mirrored_for_an_outage(void **state) {
   throttle_close(b);
 }
 
+struct fork_hold {
+  throttle_t *h;
+  int fd;
+};
+
+static int hold_in_child(void *arg) {
+  struct fork_hold *fh = arg;
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(fh->h, "f", THROTTLE_CLASS_LIVE, 5000, &t) ==
+                 0);
+  th_send_u64(fh->fd, 1);
+  th_sleep_ms(4000);
+  TH_CHILD_CHECK(throttle_leave(fh->h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  execl("/bin/true", "true", (char *)NULL); /* what the parent held */
+  return 0;
+}
+
+/* A child forked from a process whose heartbeat runs inherits no thread:
+ * it starts a heartbeat of its own when it holds something, and its
+ * holding stays alive. */
+static void test_redis_faults_forked_child_keeps_its_holding_alive(
+    void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  throttle_t *a = th_open(fx);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "g", THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct fork_hold fh = {a, fds[1]};
+  pid_t kid = th_spawn(fx, hold_in_child, &fh);
+  uint64_t v;
+  assert_int_equal(th_recv_u64(fds[0], &v), 0);
+  th_sleep_ms(3000); /* three liveness bounds */
+  throttle_t *b = other_host(fx);
+  assert_int_equal(th_field(b, "f", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(th_field(b, "f", THROTTLE_FIELD_RECLAIMS), 0);
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 /* ---- time --------------------------------------------------------------- */
 
 /* A stall longer than the caller's timeout, while the caller waits in
@@ -704,6 +748,9 @@ int main(int argc, char **argv) {
           test_redis_faults_heartbeat_keeps_every_holding, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_restart_heartbeat_registers_holders_again, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_forked_child_keeps_its_holding_alive, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_clear_on_one_host_not_healed_back, setup,
