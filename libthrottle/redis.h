@@ -207,8 +207,11 @@ struct rds {
 #define RDS_POLL_MS 250u /* a waiter's look when BLPOP is refused */
 #define RDS_BLOCK_RETRY_MS 60000u /* then BLPOP is tried again after this */
 
-/* redis_conn.c */
+/* redis_url.c */
 int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len);
+void rds_key(char *out, size_t len, const char *kind, const char *key);
+
+/* redis_conn.c */
 uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
@@ -231,7 +234,6 @@ void rds_deadline(struct rds *r, redisContext *c, uint64_t deadline);
 int rds_past(uint64_t deadline);
 void rds_put(struct rds *r, redisContext *c, int ok);
 void rds_pool_free(struct rds *r);
-void rds_key(char *out, size_t len, const char *kind, const char *key);
 /* NULL: a connection failure (c->err set) or an error reply (c->err 0,
  * message set; the connection is still good). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
@@ -246,6 +248,12 @@ void rds_bad_reply(redisContext *c, const char *what,
 int rds_down(struct rds *r, redisContext *c, const char *what);
 /* backend.h notice: the standing warnings, joined. */
 unsigned rds_notice(struct rds *r, char *buf, size_t len);
+
+/* redis_beat.c: the heartbeat (started when needed), and the lists it
+ * works through. */
+void rds_hold(struct rds *r, struct rds_ticket *t);
+void rds_unhold(struct rds *r, struct rds_ticket *t);
+void rds_give_back(struct rds *r, const char *key, const char *token);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];
