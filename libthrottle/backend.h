@@ -45,6 +45,13 @@ struct throttle__be_params {
   int (*intr)(void *arg);
   void *intr_arg;
   uint64_t intr_period_ms;
+  /* How many callers of key this host's segment still holds or queues
+   * (admitted there while the backend was away), asked at each look of an
+   * enter: the backend counts them as this host's until the segment has
+   * drained (segment_name tells this host's segment from another's). */
+  uint32_t (*segment_count)(void *arg, const char *key);
+  void *segment_arg;
+  const char *segment_name;
 };
 
 /* Setting kinds for set(). */
@@ -153,8 +160,8 @@ void throttle__segment_forget(throttle_t *h, const char *key);
  * segment where it differs (waking the key's waiters then). */
 void throttle__segment_mirror(throttle_t *h, const char *key,
                               const struct throttle__be_settings *s);
-/* backoff.c: the segment still admits or queues callers of key. */
-bool throttle__segment_busy(throttle_t *h, const char *key);
+/* backoff.c: the callers of key the segment still holds or queues. */
+uint32_t throttle__segment_count(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);

@@ -158,6 +158,13 @@ struct rds_giveback {
   char key[THROTTLE__KEY_MAX + 1];
 };
 
+/* A key whose reservations (this host's segment's callers, enter.lua)
+ * the heartbeat keeps until the segment has drained. */
+struct rds_reserved {
+  struct rds_reserved *next;
+  char key[THROTTLE__KEY_MAX + 1];
+};
+
 struct rds {
   /* where */
   char url[512];   /* as given: never printed (it may hold a password) */
@@ -178,6 +185,11 @@ struct rds {
   void *intr_arg;
   uint64_t intr_period_ms;
   char me[300]; /* hostname, for info and listings */
+  /* this host's segment: how many callers of a key it still holds or
+   * queues, and its name (hostname@segment: its reservations in Redis) */
+  uint32_t (*seg_count)(void *arg, const char *key);
+  void *seg_arg;
+  char seg_id[400];
   /* connections */
   pthread_mutex_t mu;
   redisContext *pool[RDS_POOL_MAX];
@@ -197,6 +209,7 @@ struct rds {
   /* held admissions, kept alive by the heartbeat thread */
   struct rds_ticket *held;
   struct rds_giveback *giveback;
+  struct rds_reserved *reserved;
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;
@@ -254,6 +267,7 @@ unsigned rds_notice(struct rds *r, char *buf, size_t len);
 void rds_hold(struct rds *r, struct rds_ticket *t);
 void rds_unhold(struct rds *r, struct rds_ticket *t);
 void rds_give_back(struct rds *r, const char *key, const char *token);
+void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];

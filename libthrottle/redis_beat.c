@@ -66,9 +66,51 @@ static void give_back_round(struct rds *r, redisContext **c) {
   }
 }
 
+/* The reservations of this host's segment, kept while it holds or queues
+ * callers of the key (a long request, and no new caller to look), dropped
+ * once it has drained.  Under r->mu, dropped around each call. */
+static void reserved_round(struct rds *r, redisContext **c) {
+  char live[16];
+  snprintf(live, sizeof live, "%u", r->liveness_ms);
+  for (struct rds_reserved **pp = &r->reserved; *pp != NULL;) {
+    char key[THROTTLE__KEY_MAX + 1];
+    memcpy(key, (*pp)->key, sizeof key);
+    pthread_mutex_unlock(&r->mu);
+    uint32_t n = r->seg_count != NULL ? r->seg_count(r->seg_arg, key) : 0;
+    int done = 0;
+    if (*c != NULL || (*c = rds_connect(r)) != NULL) {
+      char sn[16];
+      snprintf(sn, sizeof sn, "%u", n);
+      const char *av[] = {"-r", sn, r->seg_id, live, r->me};
+      redisReply *rep = rds_eval(r, *c, RDS_BEAT, key, 5, av);
+      if (rep != NULL) {
+        done = n == 0;
+        freeReplyObject(rep);
+      } else if ((*c)->err != 0) {
+        redisFree(*c);
+        *c = NULL;
+      }
+    }
+    pthread_mutex_lock(&r->mu);
+    while (*pp != NULL && strcmp((*pp)->key, key) != 0)
+      pp = &(*pp)->next;
+    if (*pp == NULL)
+      break;
+    if (done) {
+      struct rds_reserved *x = *pp;
+      *pp = x->next;
+      free(x);
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+}
+
 static void beat_round(struct rds *r, redisContext **c) {
   if (r->giveback != NULL)
     give_back_round(r, c);
+  if (r->reserved != NULL)
+    reserved_round(r, c);
   size_t n = 0;
   pid_t me = getpid();
   for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
@@ -197,3 +239,17 @@ void rds_unhold(struct rds *r, struct rds_ticket *t) {
   pthread_mutex_unlock(&r->mu);
 }
 
+
+void rds_reserved(struct rds *r, const char *key) {
+  pthread_mutex_lock(&r->mu);
+  struct rds_reserved *x = r->reserved;
+  while (x != NULL && strcmp(x->key, key) != 0)
+    x = x->next;
+  if (x == NULL && (x = calloc(1, sizeof *x)) != NULL) {
+    snprintf(x->key, sizeof x->key, "%s", key);
+    x->next = r->reserved;
+    r->reserved = x;
+  }
+  start_beat_locked(r);
+  pthread_mutex_unlock(&r->mu);
+}

@@ -117,6 +117,13 @@ static int rds_open(const struct throttle__be_params *p, void **out,
   for (char *c = r->me; *c; c++)
     if (*c == ' ')
       *c = '_';
+  r->seg_count = p->segment_count;
+  r->seg_arg = p->segment_arg;
+  snprintf(r->seg_id, sizeof r->seg_id, "%s@%.90s", r->me,
+           p->segment_name != NULL ? p->segment_name : "");
+  for (char *c = r->seg_id; *c; c++)
+    if (*c <= ' ' || *c == 0x7f)
+      *c = '_';
   pthread_mutex_init(&r->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -159,6 +166,11 @@ static void rds_close(void *be) {
     struct rds_giveback *g = r->giveback;
     r->giveback = g->next;
     free(g);
+  }
+  while (r->reserved != NULL) {
+    struct rds_reserved *x = r->reserved;
+    r->reserved = x->next;
+    free(x);
   }
   pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
@@ -451,10 +463,15 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
+    char rsv[16];
+    uint32_t nrsv = r->seg_count != NULL ? r->seg_count(r->seg_arg, key) : 0;
+    snprintf(rsv, sizeof rsv, "%u", nrsv);
+    if (nrsv > 0)
+      rds_reserved(r, key); /* the heartbeat keeps them while it drains */
     const char *av[] = {id,  scls,  lease, live,
                         r->me, pid, nowait ? "1" : "0", left, c429, c503,
-                        token};
-    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 11, av, 4);
+                        token, rsv, r->seg_id};
+    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 13, av, 4);
     if (rep == NULL) {
       rds_give_back(r, key, token);
       return failed(r, c, "enter", key, nowait ? UINT64_MAX : deadline,

@@ -627,6 +627,57 @@ static void test_redis_faults_forked_child_keeps_its_holding_alive(
   close(fds[1]);
 }
 
+/* Redis back after an outage while a host's segment still holds what it
+ * admitted meanwhile: the host's next caller goes to Redis and has those
+ * counted there as the host's, so another host is not admitted beside
+ * them; once the segment has drained, the count goes with the next look. */
+static void test_redis_faults_host_rejoins_while_segment_drains(void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *t[3] = {NULL, NULL, NULL};
+  assert_int_equal(throttle_set_max_parallel(a, "c", 2), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0); /* the cap mirrored in a's segment */
+  assert_int_equal(throttle_leave(a, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  for (int i = 0; i < 2; i++) /* a's segment admits */
+    assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[i],
+                                        NULL),
+                     0);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  assert_int_equal(throttle_set_max_parallel(b, "c", 2), 0);
+  th_sleep_ms(1200); /* past a's retry pause: Redis is asked again */
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), 2);
+    assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                        NULL),
+                     THROTTLE_EWOULDBLOCK);
+    /* no caller of a looks meanwhile: its heartbeat keeps them */
+    if (round == 0)
+      th_sleep_ms(3000); /* three liveness bounds */
+  }
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  /* drained: the heartbeat drops them, and b gets in */
+  th_wait_field(b, "c", THROTTLE_FIELD_IN_FLIGHT, 0, HANG_GUARD_MS);
+  assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[2], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   0);
+  assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(a, t[2], THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 /* ---- time --------------------------------------------------------------- */
 
 /* A stall longer than the caller's timeout, while the caller waits in
@@ -759,6 +810,9 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_settings_mirrored_for_an_outage, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_host_rejoins_while_segment_drains, setup,
+          teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(

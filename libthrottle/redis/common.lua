@@ -153,6 +153,34 @@ local function wscore(cls, id)
   return id
 end
 
+-- The callers of the key a host's segment still holds or queues (rsv,
+-- admitted there while Redis was away; rname: that segment's name), kept
+-- as that many holders h:r:RNAME:I of the host, which lapse with the
+-- liveness unless a look (enter.lua) or the heartbeat (beat.lua) of the
+-- host keeps them; 0 drops them.
+local function reserve(rsv, rname, live, host)
+  if not (rsv and rname and live) then return end
+  local pre = 'r:' .. rname .. ':'
+  local n = 0
+  for _, hv in ipairs(holders()) do
+    if string.sub(hv[1], 1, #pre) == pre then
+      local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
+      if i > n then n = i end
+    end
+  end
+  if rsv > SLOTS then rsv = SLOTS end
+  for i = 1, math.max(n, rsv) do
+    local f = 'h:' .. pre .. i
+    if i <= rsv then
+      local old = s[f] and words(s[f])
+      p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
+        fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
+    elseif s[f] then
+      del(f)
+    end
+  end
+end
+
 -- ---- scopes (libthrottle/scope.c) -----------------------------------------
 -- A key's scopes are its prefixes at '/' (not a leading one), root first;
 -- each is an ordinary key's state hash (its not-before, pause, cancel

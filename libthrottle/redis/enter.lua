@@ -9,6 +9,12 @@
 -- and not waiting (nowait, or the not-before lies past the deadline);
 -- then the key's own settings (mirrored in the host's segment):
 -- 'fixed_cap auto_max paused rate_n rate_period share_set share'.
+-- ARGV 16, 17: how many callers of the key the caller's host's segment
+-- still holds or queues (admitted there while Redis was away), and that
+-- segment's name: kept as that many reservations, holders h:r:NAME:I of
+-- the host that lapse with the liveness unless its next look keeps them,
+-- so that the host rejoins while its segment drains and every host
+-- counts what it admitted.
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
@@ -18,6 +24,7 @@ local function settings()
     fmt(g('rate_n')), fmt(g('rate_period')), fmt(g('share_set')), fmt(g('share'))}, ' ')
 end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
+reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
   wid = fence()
