@@ -28,7 +28,19 @@ struct throttle__be {
   void *state;
   _Atomic int down; /* the last call was served by the segment */
   _Atomic unsigned notice_gen; /* the backend's notice last copied */
+  char env_warn[256]; /* the module's warnings about its environment */
 };
+
+/* What throttle_errmsg() shows between errors: the module's warnings
+ * about its environment, then its standing notice about the backend's
+ * setup (a Redis that may evict keys, blocking commands refused). */
+static unsigned show_notice(throttle_t *h, struct throttle__be *be) {
+  char note[sizeof h->open_msg - sizeof be->env_warn - 2];
+  unsigned gen = be->ops->notice(be->state, note, sizeof note);
+  snprintf(h->open_msg, sizeof h->open_msg, "%.255s%s%.253s", be->env_warn,
+           be->env_warn[0] && note[0] ? "; " : "", note);
+  return gen;
+}
 
 THROTTLE_EXTERN int throttle_config_set_backend(throttle_config_t *cfg,
                                                 const char *url) {
@@ -137,9 +149,8 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   else
     snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
-  /* a warning about the backend's setup, from its first connection */
-  unsigned gen = be->ops->notice(be->state, h->open_msg, sizeof h->open_msg);
-  atomic_store(&be->notice_gen, gen);
+  snprintf(be->env_warn, sizeof be->env_warn, "%s", why);
+  atomic_store(&be->notice_gen, show_notice(h, be));
   return 0;
 }
 
@@ -173,7 +184,7 @@ static int result(throttle_t *h, int rc) {
   unsigned gen = be->ops->notice(be->state, NULL, 0);
   if (atomic_exchange(&be->down, 0) ||
       atomic_exchange(&be->notice_gen, gen) != gen)
-    (void)be->ops->notice(be->state, h->open_msg, sizeof h->open_msg);
+    (void)show_notice(h, be);
   if (rc < 0)
     return throttle__fail(h, rc, "%s", be->ops->errmsg(be->state));
   throttle__clear_msg(h);

@@ -86,6 +86,8 @@ struct throttle__backend {
   /* 0 and *be set, or an error (bad URL: THROTTLE_EINVAL) with a message
    * in msg.  Reachability is not checked here: an unreachable server only
    * means THROTTLE__BE_DOWN from the calls. */
+  /* msg: why it failed; on success "" or a warning (a variable of its
+   * environment it could not use), which throttle_open() passes on. */
   int (*open)(const struct throttle__be_params *p, void **be, char *msg,
               size_t msglen);
   void (*close)(void *be);

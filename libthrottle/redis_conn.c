@@ -464,7 +464,8 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 
 #define NKEYS 5
 #define NCOMMON 4
-#define NSCOPES_MAX 16 /* scopes passed to a script; deeper ones are ignored */
+/* scopes passed to a script: all of them (deeper keys are refused) */
+#define NSCOPES_MAX THROTTLE_KEY_MAX_SCOPES
 #define KEYNAME_MAX (THROTTLE__KEY_MAX * 6 + 64)
 
 /* One script call: EVALSHA, and EVAL when the server does not know the

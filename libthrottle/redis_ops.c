@@ -12,6 +12,7 @@
  * waiter that died is dropped within the liveness bound.
  */
 #include "redis.h"
+#include "env.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,20 +24,6 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The module links nothing of the core (a static throttlectl exports no
- * symbols to it), hence its own copy of the core's env_number(). */
-static uint64_t env_ms(const char *var, uint64_t def, uint64_t lo,
-                       uint64_t hi) {
-  const char *v = getenv(var);
-  if (v == NULL || *v == 0)
-    return def;
-  char *end;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (errno != 0 || *end != 0 || v[0] == '-' || n < lo || n > hi)
-    return def;
-  return n;
-}
 
 /* fork().  A thread of the parent may hold a handle's mutex when another
  * forks (a pool call, the heartbeat); the child's copy would stay locked
@@ -101,12 +88,15 @@ static int rds_open(const struct throttle__be_params *p, void **out,
     free(r);
     return rc;
   }
-  r->timeout_ms = (uint32_t)env_ms("THROTTLE_REDIS_TIMEOUT_MS",
-                                   RDS_DEFAULT_TIMEOUT_MS, 1, 60000);
-  r->liveness_ms = (uint32_t)env_ms("THROTTLE_LIVENESS_MS",
-                                    RDS_DEFAULT_LIVENESS_MS, 100, 3600000);
-  r->ttl_ms = env_ms("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
-                     UINT64_C(86400000) * 366);
+  char warn[256] = "";
+  r->timeout_ms = (uint32_t)throttle__env_number("THROTTLE_REDIS_TIMEOUT_MS",
+                                   RDS_DEFAULT_TIMEOUT_MS, 1, 60000, warn,
+                                   sizeof warn);
+  r->liveness_ms = (uint32_t)throttle__env_number("THROTTLE_LIVENESS_MS",
+                                    RDS_DEFAULT_LIVENESS_MS, 100, 3600000,
+                                    warn, sizeof warn);
+  r->ttl_ms = throttle__env_number("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
+                     UINT64_C(86400000) * 366, warn, sizeof warn);
   r->max_delay_ms = p->max_delay_ms;
   r->lease_ms = p->lease_ms;
   r->intr = p->intr;
@@ -138,6 +128,7 @@ static int rds_open(const struct throttle__be_params *p, void **out,
     return rc;
   }
   *out = r;
+  snprintf(msg, len, "%s", warn);
   return 0;
 }
 
@@ -753,6 +744,7 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
     out->holder[k].probe = (uint8_t)probe;
   }
   freeReplyObject(rep);
+  throttle__info_unlisted(out);
   return 0;
 }
 

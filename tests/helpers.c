@@ -488,3 +488,13 @@ int th_table_faults(throttle_t *h, char *why, size_t len) {
   throttle__unlock(h);
   return n;
 }
+
+int th_child_sits_on_mutex(void *p) {
+  struct th_fx *fx = p;
+  throttle_close(fx->h);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(pthread_mutex_lock(&h->hdr->mutex) == 0);
+  raise(SIGSTOP);
+  return 0; /* never: the parent kills it stopped */
+}

@@ -68,6 +68,10 @@ int th_open_rc(struct th_fx *fx, throttle_t **out);
  * The child never returns into the test runner.  The pid is registered so
  * the teardown reaps it whatever happens. */
 pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg);
+/* A child for th_spawn(fx, th_child_sits_on_mutex, fx): opens fx->cfg,
+ * takes the segment mutex and stops itself (SIGSTOP), a live owner that
+ * never lets go; the test kills it. */
+int th_child_sits_on_mutex(void *fx);
 /* Wait up to timeout_ms (a hang guard) for pid and unregister it; returns
  * its wait status.  On timeout the child is killed and the test fails. */
 int th_reap(struct th_fx *fx, pid_t pid, int timeout_ms);

@@ -42,6 +42,8 @@ API
                              defaults to --retry-after; null sends none.
   POST /admin/hold           {"table": t, "ms": N} (optional "workspace"):
                              lock t for N ms from now (answers at once).
+  POST /admin/release        {"table": t} (optional "workspace"): end t's
+                             hold now.
   POST /admin/concurrency    {"n": N}: tables without their own admit N loads
                              at once; {"table": t, "n": N} (optional
                              "workspace": ws): t admits N.  N >= 1.  Loads in
@@ -449,6 +451,11 @@ class Handler(BaseHTTPRequestHandler):
                 t.end_load()
                 w.end_load()
                 st.c["loads_ok"] += 1
+        self.load_done(t, name, raw)
+
+    def load_done(self, t, name, raw):
+        """The answer to a load that ran (a subclass speaking another
+        dialect of the API answers in its own shape)."""
         self.answer(200, {"loaded": len(raw), "table": name})
 
     def admin(self, what, raw):
@@ -482,6 +489,14 @@ class Handler(BaseHTTPRequestHandler):
                 t = st.table(ws, name)
                 t.held_until = max(t.held_until, time.monotonic() + ms / 1000.0)
             return self.answer(200, {"table": name, "ms": ms})
+        if what == "release":
+            name = obj.get("table")
+            if not isinstance(name, str) or not name:
+                return self.error(400, "BAD_REQUEST",
+                                  'expected {"table": "..."}')
+            with st.lock:
+                st.table(ws, name).held_until = 0.0
+            return self.answer(200, {"table": name})
         if what == "concurrency":
             name, n = obj.get("table"), obj.get("n")
             if not (name is None or (isinstance(name, str) and name)) or \
@@ -538,8 +553,13 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(handler=None, options=None, doc=None, setup=None):
+    """Parse the command line and serve.  handler: the request handler
+    class (default Handler); options(ap): adds a dialect's own options;
+    setup(server): gives the server a dialect's own state; doc: the
+    module docstring --help starts with."""
+    handler = handler or Handler
+    ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
@@ -562,13 +582,17 @@ def main():
                     help="answer every load 429 OVERLOADED for the first S "
                          "seconds")
     ap.add_argument("--verbose", action="store_true")
+    if options is not None:
+        options(ap)
     args = ap.parse_args()
     if args.concurrency < 1:
         ap.error("--concurrency must be at least 1")
 
-    srv = Server((args.host, args.port), Handler)
+    srv = Server((args.host, args.port), handler)
     srv.args = args
     srv.state = State(args)
+    if setup is not None:
+        setup(srv)
 
     def stop(signum, frame):
         threading.Thread(target=srv.shutdown, daemon=True).start()

@@ -21,15 +21,17 @@ rm -rf "$venv"
 if ! "$PY" -m venv "$venv" >&2; then
   echo "venv: $PY -m venv failed (install python3-venv)" >&2; exit 1
 fi
-for r in $reqs; do
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-       -r "$r" >&2; then
-    if ! "$venv/bin/python" -m pip download -q --no-deps -d "$venv/.probe" \
-         pip >/dev/null 2>&1; then
-      echo "venv: PyPI is not reachable; cannot install $r" >&2; exit 3
-    fi
-    echo "venv: pip install -r $r failed" >&2; exit 1
+# One resolver run over every file: two files pinning one package
+# differently is an error here, not a silent downgrade by the later one.
+set --
+for r in $reqs; do set -- "$@" -r "$r"; done
+if [ $# -gt 0 ] && ! "$venv/bin/python" -m pip install -q \
+     --disable-pip-version-check "$@" >&2; then
+  if ! "$venv/bin/python" -m pip download -q --no-deps -d "$venv/.probe" \
+       pip >/dev/null 2>&1; then
+    echo "venv: PyPI is not reachable; cannot install" $reqs >&2; exit 3
   fi
-done
+  echo "venv: pip install $* failed" >&2; exit 1
+fi
 echo "$sum" > "$venv/.stamp"
 echo "$venv/bin/python"

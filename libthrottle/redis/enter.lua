@@ -23,6 +23,15 @@ local function settings()
   return table.concat({fmt(g('fixed_cap')), fmt(g('auto_max')), fmt(g('paused')),
     fmt(g('rate_n')), fmt(g('rate_period')), fmt(g('share_set')), fmt(g('share'))}, ' ')
 end
+-- 1 when admission id is the probe of its key's episode or of a scope's
+-- (gate.c: throttle_ticket_is_probe())
+local function probe_of(id)
+  if s['probe'] == id then return 1 end
+  for _, sc in ipairs(SC) do
+    if sc.s['probe'] == place_of(id) then return 1 end
+  end
+  return 0
+end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then
@@ -32,7 +41,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   grant(wid)
   if not pending then
     store()
-    return {0, wid, s['probe'] == wid and 1 or 0, 0, settings()}
+    return {0, wid, probe_of(wid), 0, settings()}
   end
   pending = nil
 end
@@ -46,7 +55,7 @@ else
   if not v then
     store()
     if hget(wid) then
-      return {0, wid, s['probe'] == wid and 1 or 0, 0, settings()}
+      return {0, wid, probe_of(wid), 0, settings()}
     end
     return {3, wid, 0, 0, settings()}
   end
@@ -63,7 +72,7 @@ redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
 if hget(wid) then
   store()
-  return {0, wid, s['probe'] == wid and 1 or 0, 0, settings()}
+  return {0, wid, probe_of(wid), 0, settings()}
 end
 local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1

@@ -1,11 +1,18 @@
 -- set: ARGV 5.. what (cap, auto, rate, share, pause, resume, cancel,
 -- clear, wait), a, b.  Returns 0, or -1 when the key does not exist and the
--- operation needs it (resume, cancel, clear).
+-- operation needs it (resume, cancel, clear), nor any waiter beneath it.
 local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local exists = redis.call('EXISTS', K) == 1
 touched[W], touched[WI], touched[X] = true, true, true
 if (what == 'resume' or what == 'cancel' or what == 'clear') and not exists then
-  return -1
+  -- a scope without a record of its own (its keys publish on themselves)
+  -- still reaches the keys beneath: their waiters are woken, and a cancel
+  -- (a cancel generation, hence a record) ends them
+  if redis.call('HLEN', KB) == 0 then return -1 end
+  if what ~= 'cancel' then
+    wake_beneath()
+    return 0
+  end
 end
 if what == 'cap' then
   -- a fixed cap keeps what was learned; auto (0) drops a bound too

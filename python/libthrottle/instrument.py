@@ -1,0 +1,464 @@
+# SPDX-License-Identifier: MIT
+"""libthrottle.instrument — put the HTTP requests of code you do not change
+through the gate: the requests of urllib3 (and so of `requests` and of
+every SDK built on urllib3, such as `hotdata`) and of httpx's synchronous
+transport, where installed, whose method and URL match a rule are admitted under a key made from the URL, their answers are
+classified and published (a lock, a 429, a 503 holds back every process
+of the host, or of every host on one Redis), and per rule either
+
+  retry    a transient answer is not returned: the request is sent again
+           (its body replayed from its first byte) once the shared
+           back-off has passed, until an answer that is not transient or
+           the rule's budget (retries, timeout) runs out; the client sees
+           only that answer; or
+  surface  the request is sent once and its answer returned as it is, so
+           the client's own error (and its own retry) takes over; its next
+           try waits for the shared back-off at admission.
+
+    import libthrottle
+    libthrottle.instrument(["hotdata"])            # the Hotdata preset
+    libthrottle.instrument([libthrottle.Rule(
+        "/v1/tables/{table}/load", "hotdata:{host}/{table}", cap="auto")])
+
+or, without touching the program: python -m libthrottle.run --rule hotdata
+-- python my_pipeline.py (libthrottle/run.py).
+
+A rule, as a string (the launcher's --rule):
+    [METHOD] PATH KEY [OPTION]...        or a preset: NAME [OPTION]...
+PATH is the URL's path, "{name}" matching one segment ("*" any method,
+default POST); KEY a template of the path's {names}, {host}, {port} and
+{header:NAME} (a request header; a request without it is not matched).
+OPTIONS: retry (default) | surface, class=live|backfill, cap=N|auto (the
+key's concurrency cap, set on the key's first use in each process: auto
+learns it from the server's lock answers), retries=N (re-sends, default
+10), timeout=S (seconds for the whole call, waiting included; default 300),
+host=HOST[:PORT] (only this host).
+Presets: "hotdata" — the Hotdata API's table loads,
+POST /v1/connections/{connection}/schemas/{schema}/tables/{table}/loads
+under hotdata:{header:X-Workspace-Id}/{table}, retry, cap=1 (the API
+serialises one table's writes; "hotdata cap=auto" learns the cap from its
+lock answers instead, at the cost of one refusal and one Retry-After the
+first time).  Its 429s and 503s hold the whole workspace (the key's scope,
+hotdata:WORKSPACE).
+
+Bodies: bytes, str and memoryview are sent again as they were; a file
+object that can seek is rewound to where it stood; any other body (a
+generator, a stream) cannot be replayed, so such a request is admitted,
+sent once and its answer returned whatever the rule says.  A request that
+got no answer (a connection error, a read timeout) is reported transient
+and its exception raised: whether it may be sent again is the client's to
+decide.  A request not admitted within the rule's timeout raises
+NotAdmitted (a TimeoutError).  Patched at urllib3's
+HTTPConnectionPool.urlopen, so redirects and urllib3's own retries of one
+admitted request happen inside its admission, and at
+httpx.HTTPTransport.handle_request (httpx bodies given as content= bytes
+or str are replayed, streams sent once; httpx's async transport is not
+patched: waiting there would block the event loop).
+"""
+
+import inspect
+import io
+import re
+import sys
+import threading
+import types
+
+from ._base import _key
+from ._http import default_throttle, run
+from ._throttle import Throttle
+
+__all__ = ["Rule", "NotAdmitted", "instrument", "uninstrument", "PRESETS",
+           "parse_rules"]
+
+
+class NotAdmitted(TimeoutError):
+    """An instrumented request was not admitted within its rule's
+    timeout (the key stayed locked, paused or full)."""
+
+
+PRESETS = {
+    "hotdata": ("POST",
+                "/v1/connections/{connection}/schemas/{schema}/tables/"
+                "{table}/loads",
+                "hotdata:{header:X-Workspace-Id}/{table}",
+                {"cap": 1}),
+}
+
+_SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_FIELD = re.compile(r"\{([^{}]+)\}")
+
+
+class Rule:
+    """Which requests go through the gate, and how (see the module's
+    documentation for the fields)."""
+
+    def __init__(self, path, key, method="POST", *, retry=True,
+                 klass="live", cap=None, retries=10, timeout=300.0,
+                 host=None, locked_codes=None):
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError("path must be a str starting with '/': %r"
+                             % (path,))
+        if not isinstance(key, str) or not key:
+            raise ValueError("key must be a non-empty str template")
+        if klass not in ("live", "backfill"):
+            raise ValueError("class must be live or backfill: %r" % (klass,))
+        if cap is not None and cap != "auto" and \
+                (isinstance(cap, bool) or not isinstance(cap, int) or
+                 not 1 <= cap <= 32):
+            raise ValueError("cap must be 1 to 32 or 'auto': %r" % (cap,))
+        self.path, self.key, self.method = path, key, method.upper()
+        self.retry, self.klass, self.cap = bool(retry), klass, cap
+        self.retries, self.timeout = int(retries), timeout
+        self.host = host.lower() if host else None
+        self.locked_codes = locked_codes
+        names = []
+
+        def seg(m):
+            names.append(m.group(1))
+            return "(?P<%s>[^/]+)" % m.group(1)
+        parts = _SEGMENT.split(path)
+        rx = "".join(re.escape(p) if i % 2 == 0 else seg(_Match(p))
+                     for i, p in enumerate(parts))
+        self._rx = re.compile(rx + "/?$")
+        for f in _FIELD.findall(key):
+            if f not in names and f not in ("host", "port") and \
+                    not f.startswith("header:"):
+                raise ValueError("key %r names {%s}, which the path %r "
+                                 "does not capture" % (key, f, path))
+
+    @classmethod
+    def parse(cls, spec):
+        """A rule from its string form (the module's documentation)."""
+        words = spec.split()
+        if not words:
+            raise ValueError("an empty rule")
+        opts = {}
+        if words[0] in PRESETS:
+            method, path, key, opts = PRESETS[words[0]]
+            opts, rest = dict(opts), words[1:]
+        else:
+            if words[0].startswith("/"):
+                method, words = "POST", words
+            else:
+                method, words = words[0], words[1:]
+            if len(words) < 2:
+                raise ValueError("a rule is [METHOD] PATH KEY [OPTION]... "
+                                 "or a preset (%s): %r"
+                                 % (", ".join(sorted(PRESETS)), spec))
+            path, key, rest = words[0], words[1], words[2:]
+        for w in rest:
+            name, eq, value = w.partition("=")
+            if w in ("retry", "surface"):
+                opts["retry"] = w == "retry"
+            elif eq and name in ("class", "klass"):
+                opts["klass"] = value
+            elif eq and name == "cap":
+                opts["cap"] = value if value == "auto" else int(value)
+            elif eq and name == "retries":
+                opts["retries"] = int(value)
+            elif eq and name == "timeout":
+                opts["timeout"] = float(value)
+            elif eq and name == "host":
+                opts["host"] = value
+            else:
+                raise ValueError("unknown rule option %r in %r" % (w, spec))
+        return cls(path, key, method, **opts)
+
+    def match(self, method, scheme, host, port, path, headers):
+        """The key for this request, or None when the rule does not
+        apply."""
+        if self.method not in ("*", method.upper()):
+            return None
+        if self.host is not None and self.host not in (
+                host.lower(), "%s:%s" % (host.lower(), port)):
+            return None
+        m = self._rx.match(path.split("?", 1)[0])
+        if m is None:
+            return None
+        values = m.groupdict()
+        values.update(host=host, port=str(port))
+
+        def field(f):
+            if f.startswith("header:"):
+                v = _header(headers, f[len("header:"):])
+            else:
+                v = values.get(f)
+            if not v:
+                raise LookupError(f)
+            return v
+        try:
+            key = _FIELD.sub(lambda mm: field(mm.group(1)), self.key)
+        except LookupError:
+            return None
+        return key if 1 <= len(_key(key)) <= 255 else None
+
+    def __repr__(self):
+        return "Rule(%s %s -> %s, %s, class=%s%s)" % (
+            self.method, self.path, self.key,
+            "retry" if self.retry else "surface", self.klass,
+            ", cap=%s" % self.cap if self.cap is not None else "")
+
+
+class _Match:
+    """re.sub's match, for a name split out of the path already."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def group(self, _i):
+        return self._name
+
+
+def _header(headers, name):
+    if not headers:
+        return None
+    name = name.lower()
+    for k, v in headers.items():
+        k = k.decode("latin-1") if isinstance(k, bytes) else k
+        if k.lower() == name:
+            return v.decode("latin-1") if isinstance(v, bytes) else str(v)
+    return None
+
+
+def parse_rules(rules):
+    """A list of Rule from Rules, rule strings or preset names."""
+    if isinstance(rules, (str, Rule)):
+        rules = [rules]
+    return [r if isinstance(r, Rule) else Rule.parse(r) for r in rules]
+
+
+# ---- the urllib3 patch ----------------------------------------------------------
+
+_state = {"rules": [], "throttle": None, "orig": None, "caps": set(),
+          "stats": None}
+_lock = threading.Lock()
+_inside = threading.local()
+
+
+def instrument(rules, throttle=None):
+    """Route the matching requests of urllib3 (requests, the hotdata SDK,
+    ...) through the gate, in this process, from now on.  rules: Rule
+    objects, rule strings or preset names (see the module); throttle: a
+    Throttle (default: the process's shared one, opened on first use).
+    Calling it again replaces the rules.  Returns a dict of counters
+    (admitted, resent, passed_once, not_admitted) that grows as requests
+    go through, new with each call.  Raises ImportError when urllib3 is not installed."""
+    rules = parse_rules(rules)
+    if throttle is not None and not isinstance(throttle, Throttle):
+        raise TypeError("throttle must be a libthrottle.Throttle")
+    import urllib3.connectionpool as cp
+    try:
+        import httpx
+    except ImportError:
+        httpx = None
+    with _lock:
+        _state["rules"], _state["throttle"] = rules, throttle
+        _state["caps"] = set()
+        _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
+                               not_admitted=0)
+        if _state["orig"] is None:
+            orig = cp.HTTPConnectionPool.urlopen
+            _state["orig"] = orig
+            _state["sig"] = inspect.signature(orig)
+            cp.HTTPConnectionPool.urlopen = _urlopen
+        if httpx is not None and _state.get("httpx") is None:
+            _state["httpx"] = httpx.HTTPTransport.handle_request
+            httpx.HTTPTransport.handle_request = _httpx_handle
+        return _state["stats"]
+
+
+def uninstrument():
+    """Put urllib3 (and httpx) back as they were."""
+    import urllib3.connectionpool as cp
+    with _lock:
+        if _state["orig"] is not None:
+            cp.HTTPConnectionPool.urlopen = _state["orig"]
+            _state["orig"] = None
+        if _state.get("httpx") is not None:
+            import httpx
+            httpx.HTTPTransport.handle_request = _state["httpx"]
+            _state["httpx"] = None
+        _state["rules"] = []
+
+
+def _match(pool, method, url, headers):
+    if url.startswith(("http://", "https://")):  # through a proxy
+        import urllib3.util
+        u = urllib3.util.parse_url(url)
+        scheme, host, port, path = u.scheme, u.host, u.port, \
+            u.request_uri
+    else:
+        scheme, host, port, path = pool.scheme, pool.host, pool.port, url
+    port = port or (443 if scheme == "https" else 80)
+    for rule in _state["rules"]:
+        key = rule.match(method, scheme, host or "", port, path, headers)
+        if key is not None:
+            return rule, key
+    return None, None
+
+
+def _urlopen(pool, method, url, *args, **kwargs):
+    orig = _state["orig"]
+    if getattr(_inside, "active", False) or not _state["rules"]:
+        return orig(pool, method, url, *args, **kwargs)
+    bound = _state["sig"].bind(pool, method, url, *args, **kwargs)
+    call = dict(bound.arguments)
+    call.update(call.pop("response_kw", {}))
+    del call["self"]
+    rule, key = _match(pool, method, url, call.get("headers"))
+    if rule is None:
+        return orig(pool, **call)
+    return _admitted(pool, rule, key, orig, call)
+
+
+def _httpx_handle(transport, request):
+    """httpx.HTTPTransport.handle_request, through the gate."""
+    orig = _state["httpx"]
+    u = request.url
+    port = u.port or (443 if u.scheme == "https" else 80)
+    key = rule = None
+    if _state["rules"]:
+        path = u.raw_path.decode("ascii", "replace")
+        for r in _state["rules"]:
+            key = r.match(request.method, u.scheme, u.host, port, path,
+                          request.headers)
+            if key is not None:
+                rule = r
+                break
+    if rule is None:
+        return orig(transport, request)
+    import httpx
+    # a ByteStream (content= bytes or str) is sent again as it is; a
+    # stream (a generator, a file) is sent once
+    replayable = isinstance(request.stream, httpx.ByteStream)
+
+    def attempt():
+        resp = orig(transport, request)
+        body = b""
+        if resp.status_code >= 400:
+            body = resp.read()  # kept: the client reads it again
+        return resp, resp.status_code, resp.headers, body
+    return _through_gate(rule, key, attempt, replayable, None,
+                         lambda resp: resp.close())
+
+
+def _replay(body):
+    """(replayable, rewind): how the body is sent again."""
+    if body is None or isinstance(body, (bytes, bytearray, memoryview, str)):
+        return True, None
+    seek, tell = getattr(body, "seek", None), getattr(body, "tell", None)
+    if callable(seek) and callable(tell):
+        try:
+            if not getattr(body, "seekable", lambda: True)():
+                return False, None
+            pos = tell()
+        except (OSError, ValueError):
+            return False, None
+        return True, lambda: body.seek(pos)
+    return False, None
+
+
+def _admitted(pool, rule, key, orig, call):
+    replayable, rewind = _replay(call.get("body"))
+
+    def attempt():
+        _inside.active = True
+        try:
+            resp = orig(pool, **call)
+        finally:
+            _inside.active = False
+        resp, body = _readable(resp, call)
+        return resp, resp.status, resp.headers, body
+    return _through_gate(rule, key, attempt, replayable, rewind,
+                         lambda resp: resp.release_conn())
+
+
+def _through_gate(rule, key, attempt, replayable, rewind, discard):
+    """Admit, send (attempt() -> (response, status, headers, body)),
+    report, and per rule send again while transient; returns the last
+    response.  rewind() (or None) before a re-send; discard(response) for
+    a transient answer nobody will see."""
+    t = _state["throttle"] or default_throttle()
+    stats = _state["stats"]
+    if rule.cap is not None and key not in _state["caps"]:
+        _state["caps"].add(key)
+        try:
+            t.set_max_parallel(key, rule.cap)
+        except Exception:  # fail open: the gate still admits, uncapped
+            pass
+    retries = rule.retries if rule.retry and replayable else 0
+    if not replayable:
+        stats["passed_once"] += 1
+    last = {"resp": None, "sent": 0}
+
+    def send(_left):
+        if last["resp"] is not None:
+            discard(last["resp"])
+            last["resp"] = None
+        if last["sent"] and rewind is not None:
+            rewind()
+        last["sent"] += 1
+        last["resp"], status, headers, body = attempt()
+        return status, headers, body
+
+    from ._errors import GaveUp
+    try:
+        _, _, _, _, attempts = run(key, send, t, retries, rule.timeout,
+                                   rule.klass, rule.locked_codes,
+                                   give_up=False)
+    except GaveUp as e:  # nothing was sent: never admitted in time
+        stats["not_admitted"] += 1
+        raise NotAdmitted("%s: not admitted within %s s (%s)"
+                          % (key, rule.timeout, e)) from e
+    stats["admitted"] += 1
+    stats["resent"] += attempts - 1
+    return last["resp"]
+
+
+def _readable(resp, call):
+    """(the response to hand back, the body to classify).  A 2xx or 3xx is
+    handed back untouched and classified on its status; an error's body is
+    read (the class of a 409 is in it) and the response handed back reads
+    the same bytes again."""
+    if resp.status < 400:
+        return resp, b""
+    if call.get("preload_content", True):
+        return resp, resp.data or b""
+    import urllib3
+    raw = resp.read(decode_content=False)
+    resp.release_conn()
+    again = urllib3.HTTPResponse(
+        body=io.BytesIO(raw), headers=resp.headers, status=resp.status,
+        version=resp.version, reason=resp.reason, preload_content=False,
+        decode_content=call.get("decode_content", True),
+        original_response=getattr(resp, "_original_response", None),
+        retries=resp.retries, enforce_content_length=False,
+        request_method=call.get("method"), request_url=call.get("url"))
+    body = raw
+    if resp.headers.get("Content-Encoding"):
+        body = urllib3.HTTPResponse(
+            body=io.BytesIO(raw), headers=resp.headers, status=resp.status,
+            preload_content=True, decode_content=True).data
+    return again, body
+
+
+def _from_environment():
+    """The launcher's hook (libthrottle/run.py): instrument with the rules
+    in LIBTHROTTLE_RULES (one per line), if any."""
+    import os
+    spec = os.environ.get("LIBTHROTTLE_RULES", "")
+    rules = [r for r in spec.splitlines() if r.strip()]
+    if rules:
+        instrument(rules)
+
+
+class _Module(types.ModuleType):
+    """libthrottle.instrument is this module and, called, instrument():
+    `libthrottle.instrument(["hotdata"])` and
+    `import libthrottle.instrument as i; i.Rule` both work."""
+
+    def __call__(self, rules, throttle=None):
+        return instrument(rules, throttle)
+
+
+sys.modules[__name__].__class__ = _Module

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: MIT
+"""test_dlt_instrument.py — libthrottle.instrument() and
+`python -m libthrottle.run` against the mock server, through urllib3,
+requests and httpx (where installed) as a program that does not know
+about libthrottle sends them:
+
+  - rules: presets, templates, options, and the errors of bad ones;
+  - retry: a locked answer is not returned, the request is sent again
+    after the shared back-off (never early) with the same body (bytes, a
+    rewound file object), and the client sees the 200;
+  - surface: the 409 comes back to the client, its body readable as
+    urllib3 and requests read it, the back-off published for the others;
+  - a body that cannot be replayed (a generator) is sent once;
+  - a request no rule matches is not admitted;
+  - the launcher instruments a child program, and refuses a bad rule.
+
+Runs wherever urllib3 is installed (Debian's python3-urllib3 1.26 in
+tests/test_python.sh, the dlt venv's urllib3 2 in tests/test_dlt.sh)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+urllib3 = pytest.importorskip("urllib3")
+
+import libthrottle  # noqa: E402
+from conftest import TOP, child_env, early  # noqa: E402
+
+LOAD = "/v1/tables/{table}/load"
+KEY = "hotdata:{host}/{table}"
+
+
+@pytest.fixture
+def instrumented(t):
+    """instrument(rules) on the test's Throttle, undone afterwards."""
+    def make(*rules):
+        return libthrottle.instrument(list(rules), throttle=t)
+    yield make
+    libthrottle.uninstrument()
+
+
+def post(mock, table="orders", body=b"row\n", pool=None, **kw):
+    pool = pool or urllib3.PoolManager()
+    return pool.request("POST", mock.load_url(table), body=body, **kw)
+
+
+def test_dlt_instrument_rules_parse():
+    r = libthrottle.Rule.parse("hotdata class=backfill")
+    assert (r.method, r.klass, r.cap, r.retry) == ("POST", "backfill", 1,
+                                                   True)
+    assert libthrottle.Rule.parse("hotdata cap=auto surface").cap == "auto"
+    assert r.match("POST", "https", "api.hotdata.dev", 443,
+                   "/v1/connections/c1/schemas/public/tables/orders/loads",
+                   {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/orders"
+    # no workspace header: the rule does not apply
+    assert r.match("POST", "https", "h", 443,
+                   "/v1/connections/c1/schemas/public/tables/orders/loads",
+                   {}) is None
+    r = libthrottle.Rule.parse("* %s %s surface cap=2 retries=3 timeout=9 "
+                               "host=example:8080" % (LOAD, KEY))
+    assert (r.method, r.retry, r.cap, r.retries, r.timeout) == \
+        ("*", False, 2, 3, 9.0)
+    assert r.match("PUT", "http", "example", 8080, "/v1/tables/t1/load?x=1",
+                   None) == "hotdata:example/t1"
+    assert r.match("PUT", "http", "other", 8080, "/v1/tables/t1/load",
+                   None) is None
+    assert r.match("PUT", "http", "example", 8080, "/v1/tables/a/b/load",
+                   None) is None
+    for bad in ("", "nopreset", "%s %s frobnicate" % (LOAD, KEY),
+                "%s hotdata:{nothing}" % LOAD, "%s %s cap=99" % (LOAD, KEY),
+                "%s %s class=urgent" % (LOAD, KEY)):
+        with pytest.raises(ValueError):
+            libthrottle.Rule.parse(bad)
+
+
+def test_dlt_instrument_retry_returns_the_answer_after_the_lock(
+        mock, t, instrumented):
+    stats = instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 500})
+    r = post(mock, body=b"0123456789")
+    assert r.status == 200
+    assert json.loads(r.data)["loaded"] == 10  # the whole body, again
+    st = mock.stats()
+    assert st["tables"]["orders"]["refused"] == 1
+    assert early(st) == 0 and st["loads_ok"] == 1
+    assert stats["resent"] >= 1 and stats["admitted"] >= 1
+
+
+def test_dlt_instrument_retry_rewinds_a_file_body(mock, t, instrumented):
+    instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 300})
+    f = io.BytesIO(b"skip" + b"x" * 100)
+    f.seek(4)
+    r = post(mock, body=f, headers={"Content-Length": "100"})
+    assert r.status == 200 and json.loads(r.data)["loaded"] == 100
+    assert mock.stats()["tables"]["orders"]["refused"] == 1
+
+
+def test_dlt_instrument_a_stream_is_sent_once(mock, t, instrumented):
+    stats = instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 60000})
+
+    def chunks():
+        yield b"abc"
+        yield b"def"
+    r = post(mock, body=chunks(), chunked=True)
+    assert r.status == 409 and b"RESOURCE_LOCKED" in r.data
+    assert mock.stats()["requests"] == 1 and stats["passed_once"] == 1
+    assert t.remaining("hotdata:127.0.0.1/orders") > 0  # published
+
+
+@pytest.mark.parametrize("client", ["urllib3", "requests", "httpx"])
+def test_dlt_instrument_surface_returns_the_409(mock, t, instrumented,
+                                                client):
+    instrumented("%s %s surface" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 60000})
+    if client == "requests":
+        requests = pytest.importorskip("requests")
+        r = requests.post(mock.load_url(), data=b"row\n", timeout=30)
+        status, body = r.status_code, r.content
+    elif client == "httpx":
+        httpx = pytest.importorskip("httpx")
+        with httpx.Client(timeout=30) as c:
+            r = c.post(mock.load_url(), content=b"row\n")
+            status, body = r.status_code, r.content
+    else:
+        r = post(mock)
+        status, body = r.status, r.data
+    assert status == 409
+    assert json.loads(body)["error"]["code"] == "RESOURCE_LOCKED"
+    assert mock.stats()["requests"] == 1
+    assert 0 < t.remaining("hotdata:127.0.0.1/orders") <= 1.0
+
+
+def test_dlt_instrument_requests_retry(mock, t, instrumented):
+    requests = pytest.importorskip("requests")
+    instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 300})
+    r = requests.post(mock.load_url(), data=b"abcdef", timeout=30)
+    assert r.status_code == 200 and r.json()["loaded"] == 6
+    st = mock.stats()
+    assert st["tables"]["orders"]["refused"] == 1 and early(st) == 0
+
+
+def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
+    httpx = pytest.importorskip("httpx")
+    stats = instrumented("%s %s" % (LOAD, KEY))
+    mock.admin("hold", {"table": "orders", "ms": 300})
+    with httpx.Client(timeout=30) as c:
+        r = c.post(mock.load_url(), content=b"abcdef")
+        assert r.status_code == 200 and r.json()["loaded"] == 6
+        assert mock.stats()["tables"]["orders"]["refused"] == 1
+        mock.admin("hold", {"table": "orders", "ms": 60000})
+
+        def chunks():
+            yield b"abc"
+        r = c.post(mock.load_url(), content=chunks())
+        assert r.status_code == 409 and stats["passed_once"] == 1
+    assert early(mock.stats()) == 0
+
+
+def test_dlt_instrument_unmatched_requests_pass(mock, t, instrumented):
+    stats = instrumented("%s %s" % ("/v1/tables/{table}/other", KEY))
+    mock.admin("hold", {"table": "orders", "ms": 60000})
+    assert post(mock).status == 409
+    assert stats["admitted"] == 0
+    assert t.remaining("hotdata:127.0.0.1/orders") == 0
+
+
+def run_under(rules, code, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "libthrottle.run"] +
+        [a for r in rules for a in ("--rule", r)] +
+        ["--", sys.executable, "-c", code],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(**env), timeout=120, cwd=TOP)
+
+
+def test_dlt_instrument_launcher_instruments_the_child(mock, segment):
+    mock.admin("hold", {"table": "orders", "ms": 500})
+    code = ("import urllib3, sys\n"
+            "r = urllib3.PoolManager().request('POST', %r, body=b'abc')\n"
+            "print(r.status, r.data.decode())\n" % mock.load_url())
+    out = run_under(["%s %s" % (LOAD, KEY)], code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("200 ")
+    st = mock.stats()
+    assert st["tables"]["orders"]["refused"] == 1 and early(st) == 0
+
+
+def test_dlt_instrument_launcher_refuses_a_bad_rule():
+    out = run_under(["/v1/x hotdata:{nope}"], "print('ran')")
+    assert out.returncode == 64 and "ran" not in out.stdout
+    assert "does not capture" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "libthrottle.run", "--rule",
+                          "hotdata", "--"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=child_env(), timeout=60)
+    assert out.returncode == 64 and "no command" in out.stderr
+
+
+def test_dlt_instrument_launcher_keeps_the_environment(segment):
+    code = ("import os, sys, libthrottle.instrument as i\n"
+            "print(os.environ['LIBTHROTTLE_RULES'])\n"
+            "print(i._state['rules'])\n")
+    out = run_under(["hotdata", "hotdata class=backfill"], code,
+                    EXTRA_MARK="kept")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0:2] == ["hotdata", "hotdata class=backfill"]
+    assert "class=backfill" in lines[2] and "class=live" in lines[2]
+    assert os.path.join(TOP, "python") in child_env()["PYTHONPATH"]
