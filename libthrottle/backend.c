@@ -85,6 +85,10 @@ static void *load_module(char *why, size_t len) {
   return dl;
 }
 
+static uint32_t segment_count(void *arg, const char *key) {
+  return throttle__segment_count(arg, key);
+}
+
 /* 0 when no backend is asked for or it was loaded; else the error, with
  * its message, and the handle goes on with its segment alone. */
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
@@ -126,6 +130,9 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
                           url, THROTTLE__BACKEND_ABI);
   }
   struct throttle__be_params p = {
+      .segment_count = segment_count,
+      .segment_arg = h,
+      .segment_name = throttle_segment_name(h),
       .url = url,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
       .lease_ms = h->lease_ms,
@@ -310,17 +317,13 @@ static int enter(throttle_t *h, const char *key, int cls,
   uint64_t t0 = throttle__mono_ns();
   /* While the backend comes back, some of this host's callers may still
    * be in the segment's gate, admitted or queued there during the outage.
-   * The backend knows nothing of them, so a caller it admitted would be a
-   * second gate for the key on this host: the host returns to the backend
-   * key by key, once the segment's gate for the key is empty (until then
-   * callers queue behind the others there, FIFO).  Checked before the
-   * backend is asked and once more after it admitted (a caller that went
-   * to the segment meanwhile): an admission is then handed back.  One of
-   * them told "come back later" after this caller's heal must hold it
-   * too, so the admission is also checked against the segment's
-   * not-before and handed back if it closed meanwhile. */
-  if (throttle__segment_busy(h, key))
-    return THROTTLE__BE_DOWN; /* not an outage: no notice */
+   * New callers go to the backend all the same (were they to queue in the
+   * segment, under load it would never empty and the host never rejoin);
+   * each of their looks tells the backend how many the segment holds
+   * (params segment_count), which it counts as this host's until the
+   * segment has drained.  One of them told "come back later" after this
+   * caller's heal must hold it too, so an admission is checked against the
+   * segment's not-before and handed back if it closed meanwhile. */
   size_t len = strlen(key);
   const uint32_t cold[2] = {
       throttle__publish_len(h, key, len, THROTTLE_OUTCOME_RATE_LIMITED),
@@ -329,14 +332,11 @@ static int enter(throttle_t *h, const char *key, int cls,
     heal(h, key);
     uint64_t left = timeout_ms;
     spend(&left, t0);
+    struct throttle__be_settings set = {0};
     int rc = h->be->ops->enter(h->be->state, key, cls, left, nowait, tk,
-                               probe, wait_ms, cold);
-    if (rc == 0 && throttle__segment_busy(h, key)) {
-      (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,
-                              0, (uint32_t)len);
-      *tk = NULL;
-      return THROTTLE__BE_DOWN;
-    }
+                               probe, wait_ms, cold, &set);
+    /* the key's settings, kept for a time the backend is away */
+    throttle__segment_mirror(h, key, &set);
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);

@@ -127,25 +127,24 @@ void throttle__segment_forget(throttle_t *h, const char *key) {
     (void)segment_clear(h, key, len);
 }
 
-/* Has the segment admitted or queued a caller of key that is still there
- * (reaped of the dead first)?  Only during and just after a backend
- * outage: while the backend serves, the segment's gate for a key is
- * empty.  Taken under the mutex: one lookup, no system call. */
-bool throttle__segment_busy(throttle_t *h, const char *key) {
+/* How many callers of key has the segment admitted or queued that are
+ * still there (reaped of the dead first)?  Only during and just after a
+ * backend outage: while the backend serves, the segment's gate for a key
+ * is empty.  Taken under the mutex: one lookup, no system call. */
+uint32_t throttle__segment_count(throttle_t *h, const char *key) {
   size_t len;
   if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
-    return false;
-  bool busy = false;
+    return 0;
+  uint32_t n = 0;
   struct throttle__rec *r =
       throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
   if (r != NULL) {
     throttle__reap_locked(r, throttle__now_ns());
-    busy = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
-               throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1) >
-           0;
+    n = (uint32_t)(throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
+                   throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1));
   }
   throttle__unlock(h);
-  return busy;
+  return n;
 }
 
 /* One record's not-before as read without the mutex (0: absent, open, or

@@ -5,8 +5,14 @@
 -- than the admission, or gone) and is registered again, counted as held
 -- beside whoever came meanwhile, with its places in the pools above; 0
 -- when the admission was taken back (lapsed or reclaimed): it is never
--- re-acquired then.
+-- re-acquired then.  Fence '-r': a host's reservations kept (see below).
 local id = ARGV[5]
+if id == '-r' then
+  -- ARGV 6..9: the reservations of a host's segment (common.lua reserve)
+  reserve(tonumber(ARGV[6] or ''), ARGV[7], tonumber(ARGV[8] or ''), ARGV[9])
+  store()
+  return 1
+end
 local v = hget(id)
 if not v then
   local fid = tonumber(id) or 0

@@ -26,23 +26,35 @@ end
 -- all) is known to be one Redis lost (beat.lua).
 local K_NEW = next(s) == nil
 local function g(f) return tonumber(s[f] or '0') or 0 end
+-- The holder list, made once a run: a write of a holder field drops it.
+local HL = nil
+local function is_h(f) return string.byte(f, 1) == 104 and string.byte(f, 2) == 58 end
+-- A field written back by store(); one that keeps its value is not (each
+-- field Redis writes costs as much as a few Lua lines).
 local function p(f, v)
   local str = type(v) == 'number' and string.format('%.0f', v) or v
+  if s[f] == str and not gone[f] then return end
+  if HL and is_h(f) then HL = nil end
   s[f] = str
   dirty[f] = true
   gone[f] = nil
 end
-local function del(f) s[f] = nil; dirty[f] = nil; gone[f] = true end
+local function del(f)
+  if HL and is_h(f) then HL = nil end
+  s[f] = nil; dirty[f] = nil; gone[f] = true
+end
 local function inc(f) p(f, g(f) + 1) end
 local function fmt(v) return string.format('%.0f', v) end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
 local function holders()
+  if HL then return HL end
   local out = {}
   for f, v in pairs(s) do
-    if string.sub(f, 1, 2) == 'h:' then out[#out + 1] = {string.sub(f, 3), v} end
+    if is_h(f) then out[#out + 1] = {string.sub(f, 3), v} end
   end
+  HL = out
   return out
 end
 
@@ -141,6 +153,34 @@ local function wscore(cls, id)
   return id
 end
 
+-- The callers of the key a host's segment still holds or queues (rsv,
+-- admitted there while Redis was away; rname: that segment's name), kept
+-- as that many holders h:r:RNAME:I of the host, which lapse with the
+-- liveness unless a look (enter.lua) or the heartbeat (beat.lua) of the
+-- host keeps them; 0 drops them.
+local function reserve(rsv, rname, live, host)
+  if not (rsv and rname and live) then return end
+  local pre = 'r:' .. rname .. ':'
+  local n = 0
+  for _, hv in ipairs(holders()) do
+    if string.sub(hv[1], 1, #pre) == pre then
+      local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
+      if i > n then n = i end
+    end
+  end
+  if rsv > SLOTS then rsv = SLOTS end
+  for i = 1, math.max(n, rsv) do
+    local f = 'h:' .. pre .. i
+    if i <= rsv then
+      local old = s[f] and words(s[f])
+      p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
+        fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
+    elseif s[f] then
+      del(f)
+    end
+  end
+end
+
 -- ---- scopes (libthrottle/scope.c) -----------------------------------------
 -- A key's scopes are its prefixes at '/' (not a leading one), root first;
 -- each is an ordinary key's state hash (its not-before, pause, cancel
@@ -175,7 +215,9 @@ do
 end
 local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
 local function sp(sc, f, v)
-  sc.s[f] = type(v) == 'number' and fmt(v) or v
+  local str = type(v) == 'number' and fmt(v) or v
+  if sc.s[f] == str and not sc.gone[f] then return end
+  sc.s[f] = str
   sc.dirty[f] = true
   sc.gone[f] = nil
 end
@@ -508,7 +550,7 @@ local function scope_store()
       sp(sc, 'exp', now + TTL + (last - now))
       local args = {}
       for f, _ in pairs(sc.dirty) do args[#args + 1] = f; args[#args + 1] = sc.s[f] end
-      redis.call('HSET', sc.k, unpack(args))
+      if #args > 0 then redis.call('HSET', sc.k, unpack(args)) end
       local dels = {}
       for f, _ in pairs(sc.gone) do dels[#dels + 1] = f end
       if #dels > 0 then redis.call('HDEL', sc.k, unpack(dels)) end
@@ -649,7 +691,7 @@ local function store()
   if K_NEW then p('born', now_us) end
   local args = {}
   for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
-  redis.call('HSET', K, unpack(args))
+  if #args > 0 then redis.call('HSET', K, unpack(args)) end
   local dels = {}
   for f, _ in pairs(gone) do dels[#dels + 1] = f end
   if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
@@ -815,6 +857,8 @@ if PK ~= nil and PK ~= K and next(s) == nil then
     s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
     local L = learned()
     L.learned = now > 0 and now or 1
+    -- read for learned() only: the hash has none of them yet
+    s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
     store_learned(L)
   end
 end
