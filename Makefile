@@ -336,6 +336,9 @@ $(B)/man/%: docs/man/%.scd | $(B)/man
 # with no environment.  tests/test_python.sh runs the suite in make check.
 PYTHONS ?= python3 /usr/bin/python3
 PY_PKG  := $(wildcard python/libthrottle/*.py)
+# the launcher's sitecustomize (python -m libthrottle.run), in a directory
+# of its own: only it goes on the child's path
+PY_BOOT := python/libthrottle/_boot/sitecustomize.py
 
 .PHONY: install-python uninstall-python
 install: install-python
@@ -346,6 +349,7 @@ install-python: all
 	  echo "install python package for $$py: $(DESTDIR)$$dir/libthrottle"; \
 	  install -d "$(DESTDIR)$$dir/libthrottle" || exit 1; \
 	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
+	  install -D -m 0644 $(PY_BOOT) "$(DESTDIR)$$dir/libthrottle/_boot/sitecustomize.py" || exit 1; \
 	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
 	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
 	done
@@ -361,6 +365,8 @@ uninstall-python:
 	  [ -d "$$d" ] || continue; \
 	  echo "uninstall python package for $$py: $$d"; \
 	  for f in $(notdir $(PY_PKG)) _installed.py; do rm -f "$$d/$$f"; done; \
+	  rm -rf "$$d/_boot/sitecustomize.py" "$$d/_boot/__pycache__"; \
+	  rmdir "$$d/_boot" 2>/dev/null; \
 	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
 	done
 

@@ -237,26 +237,34 @@ _inside = threading.local()
 
 def instrument(rules, throttle=None):
     """Route the matching requests of urllib3 (requests, the hotdata SDK,
-    ...) through the gate, in this process, from now on.  rules: Rule
+    ...) and of httpx's synchronous transport through the gate, in this
+    process, from now on.  rules: Rule
     objects, rule strings or preset names (see the module); throttle: a
     Throttle (default: the process's shared one, opened on first use).
     Calling it again replaces the rules.  Returns a dict of counters
     (admitted, resent, passed_once, not_admitted) that grows as requests
-    go through, new with each call.  Raises ImportError when urllib3 is not installed."""
+    go through, new with each call.  Raises ImportError when neither
+    urllib3 nor httpx is installed."""
     rules = parse_rules(rules)
     if throttle is not None and not isinstance(throttle, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
-    import urllib3.connectionpool as cp
+    try:
+        import urllib3.connectionpool as cp
+    except ImportError:
+        cp = None
     try:
         import httpx
     except ImportError:
         httpx = None
+    if cp is None and httpx is None:
+        raise ImportError("libthrottle.instrument: neither urllib3 nor httpx "
+                          "is installed: nothing to instrument")
     with _lock:
         _state["rules"], _state["throttle"] = rules, throttle
         _state["caps"] = set()
         _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
                                not_admitted=0)
-        if _state["orig"] is None:
+        if cp is not None and _state["orig"] is None:
             orig = cp.HTTPConnectionPool.urlopen
             _state["orig"] = orig
             _state["sig"] = inspect.signature(orig)
@@ -269,9 +277,9 @@ def instrument(rules, throttle=None):
 
 def uninstrument():
     """Put urllib3 (and httpx) back as they were."""
-    import urllib3.connectionpool as cp
     with _lock:
         if _state["orig"] is not None:
+            import urllib3.connectionpool as cp
             cp.HTTPConnectionPool.urlopen = _state["orig"]
             _state["orig"] = None
         if _state.get("httpx") is not None:

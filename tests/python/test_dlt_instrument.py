@@ -214,3 +214,26 @@ def test_dlt_instrument_launcher_keeps_the_environment(segment):
     assert lines[0:2] == ["hotdata", "hotdata class=backfill"]
     assert "class=backfill" in lines[2] and "class=live" in lines[2]
     assert os.path.join(TOP, "python") in child_env()["PYTHONPATH"]
+
+
+def test_dlt_instrument_launcher_installed(tmp_path, segment):
+    """make install installs the launcher's sitecustomize too: the
+    installed package instruments a child with no environment but the
+    segment's name."""
+    from test_install import make
+    venv = str(tmp_path / "venv")
+    # the system's packages: urllib3 for the child to be instrumented
+    if subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                       "--system-site-packages", venv]).returncode != 0:
+        pytest.skip("no venv module")
+    py = os.path.join(venv, "bin", "python3")
+    make("install", venv, py)
+    code = "import libthrottle.instrument as i; print(i._state['rules'])"
+    out = subprocess.run([py, "-m", "libthrottle.run", "--rule", "hotdata",
+                          "--", py, "-c", code], env={
+                              "THROTTLE_SEGMENT": segment,
+                              "PATH": os.environ["PATH"]}, cwd="/",
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Rule(POST /v1/connections/" in out.stdout, out.stderr
