@@ -51,7 +51,6 @@ does not know; each is also logged on stderr).
 
 import datetime
 import itertools
-import json
 import os
 import sys
 import urllib.parse

@@ -64,6 +64,7 @@ import threading
 import types
 
 from ._base import _key
+from ._errors import Error, GaveUp
 from ._http import default_throttle, run
 from ._throttle import Throttle
 
@@ -111,15 +112,18 @@ class Rule:
         self.retries, self.timeout = int(retries), timeout
         self.host = host.lower() if host else None
         self.locked_codes = locked_codes
-        names = []
-
-        def seg(m):
-            names.append(m.group(1))
-            return "(?P<%s>[^/]+)" % m.group(1)
+        if isinstance(self.retries, bool) or self.retries < 0:
+            raise ValueError("retries must be an int >= 0: %r" % (retries,))
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be > 0 seconds: %r" % (timeout,))
+        # odd items are the {names}: each matches one path segment
         parts = _SEGMENT.split(path)
-        rx = "".join(re.escape(p) if i % 2 == 0 else seg(_Match(p))
-                     for i, p in enumerate(parts))
-        self._rx = re.compile(rx + "/?$")
+        names = parts[1::2]
+        if len(set(names)) != len(names):
+            raise ValueError("path %r names a segment twice" % (path,))
+        self._rx = re.compile("".join(
+            re.escape(p) if i % 2 == 0 else "(?P<%s>[^/]+)" % p
+            for i, p in enumerate(parts)) + "/?$")
         for f in _FIELD.findall(key):
             if f not in names and f not in ("host", "port") and \
                     not f.startswith("header:"):
@@ -188,25 +192,16 @@ class Rule:
             return v
         try:
             key = _FIELD.sub(lambda mm: field(mm.group(1)), self.key)
-        except LookupError:
+            ok = 1 <= len(_key(key)) <= 255
+        except (LookupError, Error):  # a part missing, or not a key
             return None
-        return key if 1 <= len(_key(key)) <= 255 else None
+        return key if ok else None
 
     def __repr__(self):
         return "Rule(%s %s -> %s, %s, class=%s%s)" % (
             self.method, self.path, self.key,
             "retry" if self.retry else "surface", self.klass,
             ", cap=%s" % self.cap if self.cap is not None else "")
-
-
-class _Match:
-    """re.sub's match, for a name split out of the path already."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def group(self, _i):
-        return self._name
 
 
 def _header(headers, name):
@@ -409,7 +404,6 @@ def _through_gate(rule, key, attempt, replayable, rewind, discard):
         last["resp"], status, headers, body = attempt()
         return status, headers, body
 
-    from ._errors import GaveUp
     try:
         _, _, _, _, attempts = run(key, send, t, retries, rule.timeout,
                                    rule.klass, rule.locked_codes,

@@ -13,7 +13,6 @@
 Run by tests/test_dlt.sh with the dlt venv; skipped where dlt is not
 installed."""
 
-import os
 import subprocess
 import sys
 
@@ -22,7 +21,6 @@ import pytest
 pytest.importorskip("dlt", reason="dlt is not installed here "
                     "(tests/test_dlt.sh runs this in its venv)")
 
-import dlt  # noqa: E402
 from dlt.common.destination.exceptions import (  # noqa: E402
     DestinationTerminalException, DestinationTransientException)
 

@@ -9,7 +9,8 @@ about libthrottle sends them:
     after the shared back-off (never early) with the same body (bytes, a
     rewound file object), and the client sees the 200;
   - surface: the 409 comes back to the client, its body readable as
-    urllib3 and requests read it, the back-off published for the others;
+    urllib3, requests and httpx read it, the back-off published for the
+    others; a 429 holds every table of the workspace;
   - a body that cannot be replayed (a generator) is sent once;
   - a request no rule matches is not admitted;
   - the launcher instruments a child program, and refuses a bad rule.
@@ -70,9 +71,14 @@ def test_dlt_instrument_rules_parse():
                    None) is None
     assert r.match("PUT", "http", "example", 8080, "/v1/tables/a/b/load",
                    None) is None
+    # a path segment that cannot be part of a key: not matched, not an error
+    assert r.match("PUT", "http", "example", 8080, "/v1/tables/%s/load"
+                   % ("x" * 300), None) is None
     for bad in ("", "nopreset", "%s %s frobnicate" % (LOAD, KEY),
                 "%s hotdata:{nothing}" % LOAD, "%s %s cap=99" % (LOAD, KEY),
-                "%s %s class=urgent" % (LOAD, KEY)):
+                "%s %s class=urgent" % (LOAD, KEY),
+                "%s %s retries=-1" % (LOAD, KEY),
+                "/v1/{t}/{t} hotdata:{t}"):
         with pytest.raises(ValueError):
             libthrottle.Rule.parse(bad)
 
@@ -161,6 +167,15 @@ def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
         r = c.post(mock.load_url(), content=chunks())
         assert r.status_code == 409 and stats["passed_once"] == 1
     assert early(mock.stats()) == 0
+
+
+def test_dlt_instrument_429_holds_the_workspace(mock, t, instrumented):
+    instrumented("%s %s surface" % (LOAD, KEY))
+    mock.admin("overload", {"seconds": 60})
+    assert post(mock).status == 429
+    # published on the key's scope: every table of the workspace waits
+    assert t.remaining("hotdata:127.0.0.1/other") > 0
+    assert t.remaining("hotdata:127.0.0.1") > 0
 
 
 def test_dlt_instrument_unmatched_requests_pass(mock, t, instrumented):
