@@ -54,7 +54,7 @@ CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/settings.c libthrottle/fault.c \
             libthrottle/backend.c
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
-            libthrottle/backend.h
+            libthrottle/backend.h libthrottle/env.h
 
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.
@@ -236,6 +236,11 @@ bench: all $(BENCHES)
 	@echo "== multi-table fleet: a workspace-wide 429, per-table signals vs scoped"
 	@B=$(B) sh tests/test_scope_fleet.sh --publish 429=key >$(B)/bench/scope-key.txt 2>&1; head -n 1 $(B)/bench/scope-key.txt
 	@B=$(B) sh tests/test_scope_fleet.sh >$(B)/bench/scope-scoped.txt 2>&1; head -n 1 $(B)/bench/scope-scoped.txt
+	@echo "== bench/py_fleet.py (Python clients, in the venv of tools/venv.sh)"
+	@py=$$(B=$(B) sh tools/venv.sh); rc=$$?; \
+	if [ $$rc -eq 3 ]; then echo "skipped: PyPI is not reachable"; \
+	elif [ $$rc -ne 0 ]; then exit 1; \
+	else LIBTHROTTLE_LIBRARY=$(abspath $(B))/libthrottle.so.1 $$py bench/py_fleet.py; fi
 
 # Real dlt pipelines through the unmodified hotdata-dlt-destination into
 # the Hotdata mock, plain and under python -m libthrottle.run, in the venv
@@ -255,6 +260,12 @@ tidy:
 cppcheck:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools libthrottle tools
+
+# The objects' dependency graph: which object uses symbols another defines,
+# and the circles among them (tools/objgraph.py; --check fails on a circle).
+.PHONY: layers
+layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
+	python3 tools/objgraph.py $^
 
 # ---- install -----------------------------------------------------------
 #
@@ -329,13 +340,17 @@ $(B)/man/%: docs/man/%.scd | $(B)/man
 
 # ---- Python ------------------------------------------------------------
 # python/libthrottle (ctypes, standard library only) is installed for each
-# interpreter in PYTHONS that exists: into its package directory under
-# PREFIX/lib when it searches one (Debian's /usr/bin/python3), else into
-# its own site-packages (python/sitedir.py says which).  _installed.py
-# records LIBDIR, so `import libthrottle` finds the installed libraries
-# with no environment.  tests/test_python.sh runs the suite in make check.
+# interpreter in PYTHONS that exists, always inside PREFIX (and DESTDIR):
+# into its package directory under PREFIX/lib when it searches one
+# (Debian's /usr/bin/python3), else PREFIX/lib/python3.X/site-packages
+# (python/sitedir.py says which).  _installed.py records LIBDIR, so
+# `import libthrottle` finds the installed libraries with no environment;
+# a .dist-info gives importlib.metadata the version.  pip users build
+# the package with the C core inside instead (pyproject.toml, setup.py).
+# tests/test_python.sh runs the suite in make check.
 PYTHONS ?= python3 /usr/bin/python3
-PY_PKG  := $(wildcard python/libthrottle/*.py)
+PY_PKG  := $(wildcard python/libthrottle/*.py) python/libthrottle/py.typed
+PY_DIST := libthrottle-$(VERSION).dist-info
 # the launcher's sitecustomize (python -m libthrottle.run), in a directory
 # of its own: only it goes on the child's path
 PY_BOOT := python/libthrottle/_boot/sitecustomize.py
@@ -352,6 +367,10 @@ install-python: all
 	  install -D -m 0644 $(PY_BOOT) "$(DESTDIR)$$dir/libthrottle/_boot/sitecustomize.py" || exit 1; \
 	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
 	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
+	  install -d "$(DESTDIR)$$dir/$(PY_DIST)" || exit 1; \
+	  printf 'Metadata-Version: 2.1\nName: libthrottle\nVersion: %s\n' \
+	    "$(VERSION)" > "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" || exit 1; \
+	  echo make > "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER" || exit 1; \
 	done
 
 # The same directories; only the package's own files (and the bytecode
@@ -360,7 +379,7 @@ uninstall: uninstall-python
 uninstall-python:
 	@for py in $(PYTHONS); do \
 	  command -v $$py >/dev/null 2>&1 || continue; \
-	  dir=$$($$py python/sitedir.py "$(PREFIX)") && [ -n "$$dir" ] || exit 1; \
+	  dir=$$($$py python/sitedir.py "$(PREFIX)" 2>/dev/null) && [ -n "$$dir" ] || exit 1; \
 	  d="$(DESTDIR)$$dir/libthrottle"; \
 	  [ -d "$$d" ] || continue; \
 	  echo "uninstall python package for $$py: $$d"; \
@@ -368,6 +387,8 @@ uninstall-python:
 	  rm -rf "$$d/_boot/sitecustomize.py" "$$d/_boot/__pycache__"; \
 	  rmdir "$$d/_boot" 2>/dev/null; \
 	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
+	  rm -f "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER"; \
+	  rmdir "$(DESTDIR)$$dir/$(PY_DIST)" 2>/dev/null || true; \
 	done
 
 clean:

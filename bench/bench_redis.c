@@ -9,6 +9,13 @@
  *   enter         one uncontended throttle_enter() as a ratio to one PING;
  *                 goal <= 3 x PING
  *   enter+leave   the pair, as a ratio to one PING
+ *   server cost   Redis CPU per enter and per leave script (INFO
+ *                 commandstats, EVALSHA usec per call) as a ratio to a
+ *                 minimal script (HGETALL + HSET of one hash) run in the
+ *                 same server; goal <= 5 x each
+ *   per look      Redis CPU per look of a waiting caller (EVALSHA usec per
+ *                 call while 20, 200 and 800 callers wait on a held key of
+ *                 cap 1); goal: flat in the number of waiters
  *
  * Each round measures PING right before the operation; the figure is the
  * median of the per-round ratios, so a noisy neighbour moves both sides.
@@ -18,6 +25,7 @@
 #include "redis_helpers.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +85,153 @@ static long long client_calls(redisContext *c) {
   return n;
 }
 
+/* EVALSHA's calls and usec so far (INFO commandstats). */
+static void evalsha_stats(redisContext *c, double *calls, double *usec) {
+  redisReply *r = redisCommand(c, "INFO commandstats");
+  if (r == NULL || r->type != REDIS_REPLY_STRING) {
+    fprintf(stderr, "bench_redis: INFO failed\n");
+    exit(1);
+  }
+  const char *p = strstr(r->str, "cmdstat_evalsha:calls=");
+  *calls = *usec = 0;
+  if (p != NULL) {
+    *calls = atof(p + strlen("cmdstat_evalsha:calls="));
+    const char *u = strstr(p, "usec=");
+    if (u != NULL)
+      *usec = atof(u + 5);
+  }
+  freeReplyObject(r);
+}
+
+/* Server usec per EVALSHA since the last call (state in *c0, *u0). */
+static double per_call(redisContext *c, double *c0, double *u0) {
+  double c1, u1;
+  evalsha_stats(c, &c1, &u1);
+  double v = c1 > *c0 ? (u1 - *u0) / (c1 - *c0) : 0;
+  *c0 = c1;
+  *u0 = u1;
+  return v;
+}
+
+static void die(throttle_t *h, const char *what, int rc);
+
+/* The minimal script: one hash read whole and one field written. */
+static double minimal_us(redisContext *c) {
+  redisReply *r = redisCommand(
+      c, "SCRIPT LOAD %s",
+      "local a = redis.call('HGETALL', KEYS[1]) "
+      "redis.call('HSET', KEYS[1], 'n', ARGV[1]) return #a");
+  if (r == NULL || r->type != REDIS_REPLY_STRING) {
+    fprintf(stderr, "bench_redis: SCRIPT LOAD failed\n");
+    exit(1);
+  }
+  char sha[41];
+  snprintf(sha, sizeof sha, "%s", r->str);
+  freeReplyObject(r);
+  double c0, u0;
+  evalsha_stats(c, &c0, &u0);
+  for (int i = 0; i < ITERS; i++) {
+    r = redisCommand(c, "EVALSHA %s 1 bench:minimal %d", sha, i);
+    if (r == NULL) {
+      fprintf(stderr, "bench_redis: EVALSHA failed\n");
+      exit(1);
+    }
+    freeReplyObject(r);
+  }
+  return per_call(c, &c0, &u0);
+}
+
+#define HELD 300 /* admissions held at once by the enter-cost round */
+
+/* Server usec per enter script and per leave script: HELD uncontended
+ * admissions of keys beneath one scope, then their leaves. */
+static void enter_leave_us(throttle_t *h, redisContext *c, double *enter,
+                           double *leave) {
+  static throttle_ticket_t *tk[HELD];
+  double c0, u0;
+  evalsha_stats(c, &c0, &u0);
+  for (int i = 0; i < HELD; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "bench:ws/t%d", i);
+    int rc = throttle_enter(h, key, THROTTLE_CLASS_LIVE, 10000, &tk[i]);
+    if (rc != 0)
+      die(h, "enter", rc);
+  }
+  *enter = per_call(c, &c0, &u0);
+  for (int i = 0; i < HELD; i++) {
+    int rc = throttle_leave(h, tk[i], THROTTLE_OUTCOME_OK, 0);
+    if (rc != 0)
+      die(h, "leave", rc);
+  }
+  *leave = per_call(c, &c0, &u0);
+}
+
+static void *waiter(void *arg) {
+  throttle_t *h = arg;
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, "bench:look", THROTTLE_CLASS_LIVE,
+                          THROTTLE_FOREVER, &t);
+  if (rc == 0)
+    throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  return NULL;
+}
+
+/* Server usec per look while n callers wait on a held key of cap 1: the
+ * waiters' own looks and ITERS/4 looks that do not wait
+ * (throttle_try_enter), all EVALSHA calls of the window. */
+static double look_us(throttle_t *h, redisContext *c, int n) {
+  throttle_ticket_t *held = NULL;
+  int rc = throttle_set_max_parallel(h, "bench:look", 1);
+  if (rc == 0)
+    rc = throttle_enter(h, "bench:look", THROTTLE_CLASS_LIVE, 10000, &held);
+  if (rc != 0)
+    die(h, "look setup", rc);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setstacksize(&at, 256 * 1024);
+  for (int i = 0; i < n; i++)
+    if (th == NULL || pthread_create(&th[i], &at, waiter, h) != 0) {
+      fprintf(stderr, "bench_redis: cannot start %d waiters\n", n);
+      exit(1);
+    }
+  pthread_attr_destroy(&at);
+  for (int tries = 0;; tries++) {
+    throttle_info_t *info = NULL;
+    int64_t w = 0;
+    if (throttle_info(h, "bench:look", &info) == 0) {
+      w = throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE);
+      throttle_info_free(info);
+    }
+    if (w >= n)
+      break;
+    if (tries > 6000) {
+      fprintf(stderr, "bench_redis: only %lld of %d waiting\n",
+              (long long)w, n);
+      exit(1);
+    }
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  double c0, u0;
+  evalsha_stats(c, &c0, &u0);
+  for (int i = 0; i < ITERS / 4; i++) {
+    throttle_ticket_t *t = NULL;
+    rc = throttle_try_enter(h, "bench:look", THROTTLE_CLASS_LIVE, &t, NULL);
+    if (rc != THROTTLE_EWOULDBLOCK)
+      die(h, "look", rc);
+  }
+  double us = per_call(c, &c0, &u0);
+  if ((rc = throttle_cancel(h, "bench:look")) != 0)
+    die(h, "cancel", rc);
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  free(th);
+  if ((rc = throttle_leave(h, held, THROTTLE_OUTCOME_OK, 0)) != 0)
+    die(h, "leave", rc);
+  return us;
+}
+
 static void die(throttle_t *h, const char *what, int rc) {
   fprintf(stderr, "bench_redis: %s: %s (%s)\n", what, throttle_err_name(rc),
           throttle_errmsg(h));
@@ -115,6 +270,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   th_redis_use_module(argv[0]);
+  /* no heartbeat round inside the measured windows */
+  setenv("THROTTLE_LIVENESS_MS", "3600000", 1);
   char seg[64];
   snprintf(seg, sizeof seg, "/thr-bench-redis-%d", (int)getpid());
   throttle_config_t *cfg = throttle_config_new();
@@ -156,6 +313,24 @@ int main(int argc, char **argv) {
   printf("  enter / PING               %8.2f x (goal <= 3)\n",
          median(r_enter, ROUNDS));
   printf("  enter+leave / PING         %8.2f x\n", median(r_pair, ROUNDS));
+
+  double base = minimal_us(c), e_us, l_us;
+  enter_leave_us(h, c, &e_us, &l_us);
+  printf("  minimal script (server)    %8.2f us\n", base);
+  printf("  enter script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
+         e_us, e_us / base);
+  printf("  leave script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
+         l_us, l_us / base);
+  static const int waiting[] = {20, 200, 800};
+  double first = 0;
+  for (size_t i = 0; i < sizeof waiting / sizeof *waiting; i++) {
+    double us = look_us(h, c, waiting[i]);
+    if (i == 0)
+      first = us;
+    printf("  look, %3d waiting (server) %8.2f us = %5.1f x minimal, %4.2f x "
+           "at %d\n",
+           waiting[i], us, us / base, us / first, waiting[0]);
+  }
   redisFree(c);
   throttle_close(h);
   throttle_unlink(seg);

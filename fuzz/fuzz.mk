@@ -22,7 +22,7 @@
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= retry_after classify segment mutex
+FUZZ_TARGETS ?= retry_after classify segment mutex duration
 FUZZ_ARGS    ?=
 FUZZ_B       := $(B)/fuzz
 FUZZ_CFLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined \
@@ -55,6 +55,9 @@ $(FUZZ_B)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_check.h $(FUZZ_LIB_OBJ) $(CORE_HDR) $(
 # Built by a pattern chain, the objects would count as intermediate (and be
 # deleted after every build).
 .SECONDARY: $(FUZZ_LIB_OBJ)
+
+# The duration target includes throttlectl's parser.
+$(FUZZ_B)/fuzz_duration: tools/ctl_duration.c tools/ctl.h
 
 fuzz-build: $(FUZZ_BINS)
 

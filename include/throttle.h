@@ -16,7 +16,12 @@
  *     them; throttle_errmsg() gives the message, with context, of the last
  *     failure on a handle in the calling thread.
  *   - Keys are byte strings of 1 to 255 bytes without a NUL byte, passed as
- *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").
+ *     NUL-terminated C strings (e.g. "hotdata:ws1/orders").  A key is a path
+ *     of names joined by '/' (see Scopes): no name is empty (no leading or
+ *     trailing '/', no "//"), no byte is a control character (below 0x20,
+ *     or 0x7f), and a key has at most THROTTLE_KEY_MAX_SCOPES scopes (that
+ *     many '/').  Every function refuses any other key with THROTTLE_EKEY,
+ *     on every backend; throttle_check_key() says whether one is valid.
  *   - Times are milliseconds in the API, nanoseconds in shared memory, on
  *     CLOCK_BOOTTIME (libthrottle(3) says why).
  *   - A throttle_t may be shared by the threads of a process.
@@ -116,7 +121,8 @@ THROTTLE_EXTERN const char *throttle_version_string(void);
   XX(OK, 0, "success")                                                         \
   XX(EINVAL, -1, "invalid argument")                                           \
   XX(ENOMEM, -2, "out of memory")                                              \
-  XX(EKEY, -3, "invalid key: must be 1 to 255 bytes without NUL")              \
+  XX(EKEY, -3,                                                                 \
+     "invalid key: 1 to 255 bytes, names joined by '/', no control byte")      \
   XX(ESHM, -4, "cannot open or create the shared-memory segment")              \
   XX(ENOSPC, -5, "no space left to reserve the segment")                       \
   XX(EMAGIC, -6, "not a libthrottle segment (bad magic)")                      \
@@ -255,9 +261,11 @@ enum {
 THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
                                               unsigned flags);
 
-/* Share keys across hosts: "redis://[:PASSWORD@]HOST[:PORT][/DB]",
- * "unix:///PATH/redis.sock[?db=N]", or "shm" (the host's segment alone,
- * the default).  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
+/* Share keys across hosts: "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"
+ * (HOST a name, an address or [IPv6]),
+ * "unix://[[USER]:PASSWORD@]/PATH/redis.sock[?db=N]", or "shm" (the host's
+ * segment alone, the default).  Not supported, and refused by
+ * throttle_open(): "rediss://" (no TLS in this build), a Redis Cluster.  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
  * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
  * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
  * libthrottle, or the loader's search path.  The segment stays open: while
@@ -309,7 +317,10 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
  * (e.g. "THROTTLE_EMAGIC: /name: magic is ...; remove it (throttlectl rm)"),
- * or a warning about an invalid environment variable; otherwise "".
+ * or warnings about environment variables it could not use (each with its
+ * value, range and the value used instead, the backend module's too) and
+ * about the backend's setup (a Redis that may evict keys, blocking
+ * commands refused); otherwise "".
  * throttle_errmsg(NULL) gives the message of a throttle_open() that failed
  * in this thread without a handle (THROTTLE_NO_FALLBACK, or THROTTLE_ENOMEM
  * when not even the private fallback could be made).  Never
@@ -330,7 +341,9 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
  * delay)).  Wakes
  * nobody early; waiters re-arm for the new time.
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_EFULL (every key has a
- * back-off or holders pending, so none can be evicted: the caller honours
+ * back-off, a lock episode less than one maximum delay old (a back-off
+ * passed, no probe answered yet), a setting or holders pending, so none
+ * can be evicted: the caller honours
  * its own delay, e.g. by sleeping it), THROTTLE_ELOCKTIMEOUT,
  * THROTTLE_ECORRUPT. */
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
@@ -349,7 +362,10 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
  * sleepers do not wake in the same instant.  Holds no lock while asleep.
  * A back-off extended meanwhile makes it sleep on; a clear wakes it at once.
  * It also waits while the key is paused, and while the probe of a lock
- * episode admitted by throttle_enter() is out (until its answer).
+ * episode admitted by throttle_enter() is out (until its answer).  A
+ * scope's probe holds it as it holds an admission: the first request of a
+ * cold scope at most 1 s after its grant, so a holder of one key that
+ * waits on a sibling never waits for itself.
  *
  * throttle_wait() does not itself probe: callers that only wait and publish
  * all go when the not-before passes.  For one probe per lock episode (I3),
@@ -365,6 +381,9 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
 #define THROTTLE_FOREVER UINT64_MAX
 
 /* Drop key's back-off (it opens now) and wake its waiters.  Counters stay.
+ * On a scope the waiters of every key beneath are woken too, whether or
+ * not the scope has a record of its own (THROTTLE_ENOKEY only when there
+ * is neither the key nor any key beneath it).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY,
  * THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key);
@@ -413,7 +432,8 @@ typedef struct throttle_ticket throttle_ticket_t;
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
  * not the key: fail open (send anyway, honouring Retry-After yourself).
  * Before it returns THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT it waits out
- * the key's not-before as far as it can read it without the mutex, so
+ * the latest not-before of the key and of every scope above it, as far as
+ * it can read them without the mutex, so
  * failing open is never early (THROTTLE_ETIMEDOUT if that lies past the
  * timeout). */
 THROTTLE_EXTERN int throttle_enter(throttle_t *h, const char *key,
@@ -429,13 +449,17 @@ THROTTLE_EXTERN int throttle_try_enter(throttle_t *h, const char *key,
                                        throttle_ticket_t **ticket,
                                        uint64_t *wait_ms);
 
-/* 1 if the ticket was admitted as the probe of a lock episode. */
+/* 1 if the ticket was admitted as the probe of a lock episode: of its
+ * key's, or of a scope's (the first admission beneath after a scope's
+ * back-off, or the first request of a cold scope). */
 THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 
 /* Report the outcome, free the slot (handing it to the oldest waiter) and
  * free the ticket.  For LOCKED, RATE_LIMITED and UNAVAILABLE, retry_after_ms
  * is published as a back-off (0 means the default of 5000 ms), on the key
- * or one of its scopes (throttle_set_publish_level()).
+ * or one of its scopes (throttle_set_publish_level()); a scope with no
+ * record and no room for one in a full table has it published on the key
+ * instead.
  * Tickets are unique for the segment's lifetime: a ticket whose admission
  * was already taken back (its lease lapsed, or the same admission was left
  * before, e.g. by a forked copy) matches no slot, frees nothing and
@@ -443,7 +467,9 @@ THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
  * server's answer holds whoever asked).
  * Errors: THROTTLE_EINVAL (NULL or unknown outcome; the ticket is still
  * freed), THROTTLE_ESTALE, THROTTLE_ELOCKTIMEOUT (the slot is then
- * reclaimed by its lease). */
+ * reclaimed by its lease), THROTTLE_EFULL (the back-off could be stored
+ * nowhere, the table being full of keys in use; the slot is still given
+ * back: honour Retry-After yourself). */
 THROTTLE_EXTERN int throttle_leave(throttle_t *h, throttle_ticket_t *ticket,
                                    throttle_outcome_t outcome,
                                    uint64_t retry_after_ms);
@@ -482,8 +508,16 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
  * every pool above it at once; places go first come, first served across
  * the keys of a pool, live before backfill (throttle_set_backfill_share()
  * on the scope bounds backfill's part of the pool); a leave hands its
- * place to the oldest eligible waiter of any key beneath.  The rate of a
- * pool is a budget for all its keys.  Each key keeps its own cap.
+ * place to the oldest eligible waiter of any key beneath.  Eligible: it
+ * could go but for the pool.  A waiter held by a reason of its own (a
+ * pause, a back-off or a probe out on its key or on a scope between it and
+ * the pool, its key's cap or rate, a nested pool that is full) does not
+ * hold the pool's turn, and neither does a waiter that is gone (dead, or,
+ * when it cannot be judged, silent at its gate past its lease).  The rate
+ * of a pool is a budget for all its keys.  Each key keeps its own cap.  A
+ * cap set on a scope (a new pool, or a lowered cap) counts the admissions
+ * already in flight beneath it: none more is granted until they are under
+ * it.
  *
  * Where a transient answer is published, per outcome: THROTTLE_LEVEL_KEY
  * (the key itself), THROTTLE_LEVEL_ROOT (its root scope; the key when it
@@ -497,6 +531,19 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
 THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,
                                                throttle_outcome_t outcome,
                                                int level);
+
+/* The most scopes a key may have (that many '/'): "a/b/c" has two, "a" and
+ * "a/b".  A deeper key is refused with THROTTLE_EKEY everywhere, so that
+ * every scope of a key is honoured on every backend (the Redis backend
+ * hands each one to its scripts). */
+#define THROTTLE_KEY_MAX_SCOPES 16
+
+/* 0 when key is valid (see Conventions: 1 to 255 bytes, names joined by
+ * '/', none empty, no control byte, at most THROTTLE_KEY_MAX_SCOPES
+ * scopes), else THROTTLE_EKEY, with the reason in throttle_errmsg(NULL).
+ * The check every function makes of its key, for a caller that wants to
+ * refuse a bad key before it opens a handle (throttlectl does). */
+THROTTLE_EXTERN int throttle_check_key(const char *key);
 
 /* Key settings, kept in the segment and shared by every process. */
 
@@ -537,7 +584,11 @@ THROTTLE_EXTERN int throttle_pause(throttle_t *h, const char *key);
 THROTTLE_EXTERN int throttle_resume(throttle_t *h, const char *key);
 
 /* End every current waiter of key at once with THROTTLE_ECANCELED.  Later
- * callers are not affected.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
+ * callers are not affected.  On a scope, every waiter of every key beneath
+ * it too, whether or not the scope has a record of its own (keys that
+ * publish their 429 and 503 on themselves leave it none); resume on such
+ * a scope wakes them.  THROTTLE_ENOKEY only when there is neither the key
+ * nor any key beneath it.  Errors: THROTTLE_EINVAL, THROTTLE_EKEY,
  * THROTTLE_ENOKEY, THROTTLE_ELOCKTIMEOUT. */
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key);
 
@@ -596,7 +647,9 @@ typedef struct throttle_info throttle_info_t;
   XX(CAP_NEXT_RAISE_MS, "cap_next_raise_ms",                                 \
      "work still due before the next raise (0 now, -1 never)")               \
   XX(CAP_LEARNED_AGO_MS, "cap_learned_ago_ms",                               \
-     "ms since a refusal last set the cap (-1 never: slow start)")
+     "ms since a refusal last set the cap (-1 never: slow start)")           \
+  XX(WAITERS_UNLISTED, "waiters_unlisted",                                   \
+     "waiters counted but not listed (throttle_info_waiter: the first 32)")
 
 typedef enum {
 #define THROTTLE_XX_(name, json, desc) THROTTLE_FIELD_##name,
@@ -629,7 +682,12 @@ THROTTLE_EXTERN const char *throttle_info_holder_host(
 
 /* Waiter i (0-based, in arrival order) of a snapshot: its pid, how long
  * it has waited, its class; and its host (as for holders).  At most the
- * first 32 waiters are listed (the waiting_* fields count them all).
+ * first 32 waiters are listed, and on the segment only those in the key's
+ * participant slots (the callers beyond them are counted, not recorded);
+ * the waiting_* fields count them all, and THROTTLE_FIELD_WAITERS_UNLISTED
+ * says how many the list leaves out.  A caller killed while it waited
+ * beyond the slots is counted until a slot has stayed free for a second
+ * (a live one takes it sooner).
  * Returns 0, THROTTLE_EINVAL for a NULL info, or THROTTLE_ENOKEY when i
  * is past the last waiter; the host function NULL for either. */
 THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,

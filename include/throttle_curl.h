@@ -336,8 +336,8 @@ typedef struct throttle_curl_result throttle_curl_result_t;
  * reported to throttle_leave() as THROTTLE_OUTCOME_FAILED, never
  * published, and re-sent after local back-off within the retry budget;
  * when the budget or deadline is spent on it the call ends
- * THROTTLE_CURL_TRANSPORT (not GAVE_UP: a server that never answered is
- * no "later" to queue again for).
+ * THROTTLE_CURL_TRANSPORT (not GAVE_UP: no answer came to say "later"),
+ * with throttle_curl_result_transient() 1, as the network may mend.
  *
  * Fail open.  When throttle_enter() fails because of the segment rather
  * than the key (THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT, THROTTLE_ECORRUPT,
@@ -387,10 +387,13 @@ THROTTLE_EXTERN throttle_curl_status_t
 throttle_curl_result_status(const throttle_curl_result_t *r);
 
 /* 1 when a later call might succeed where this one did not (GAVE_UP,
- * CANCELED), 0 otherwise (OK, PERMANENT, TRANSPORT, ERROR).  throttlectl
- * exits 75 (EX_TEMPFAIL) on GAVE_UP, and 1 on CANCELED: a cancel is an
- * operator's decision to stop, which a script should not retry as if the
- * server had said "later". */
+ * CANCELED, and TRANSPORT after a transport error that was re-sent for:
+ * connection refused, reset, timed out, ...), 0 otherwise (OK, PERMANENT,
+ * ERROR, and TRANSPORT after one that was not: bad URL, certificate, a
+ * 2xx cut short, ...).  throttlectl exits 75 (EX_TEMPFAIL) on each of
+ * them but CANCELED, and 1 on CANCELED: a cancel is an operator's
+ * decision to stop, which a script should not retry as if the server had
+ * said "later". */
 THROTTLE_EXTERN int throttle_curl_result_transient(const throttle_curl_result_t *r);
 
 /* Requests sent (0 when none was admitted). */

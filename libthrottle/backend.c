@@ -27,7 +27,20 @@ struct throttle__be {
   const struct throttle__backend *ops;
   void *state;
   _Atomic int down; /* the last call was served by the segment */
+  _Atomic unsigned notice_gen; /* the backend's notice last copied */
+  char env_warn[256]; /* the module's warnings about its environment */
 };
+
+/* What throttle_errmsg() shows between errors: the module's warnings
+ * about its environment, then its standing notice about the backend's
+ * setup (a Redis that may evict keys, blocking commands refused). */
+static unsigned show_notice(throttle_t *h, struct throttle__be *be) {
+  char note[sizeof h->open_msg - sizeof be->env_warn - 2];
+  unsigned gen = be->ops->notice(be->state, note, sizeof note);
+  snprintf(h->open_msg, sizeof h->open_msg, "%.255s%s%.253s", be->env_warn,
+           be->env_warn[0] && note[0] ? "; " : "", note);
+  return gen;
+}
 
 THROTTLE_EXTERN int throttle_config_set_backend(throttle_config_t *cfg,
                                                 const char *url) {
@@ -73,6 +86,12 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   if (url == NULL || *url == 0 || strcmp(url, "shm") == 0)
     return 0;
   char why[512] = "";
+  if (strncmp(url, "rediss://", 9) == 0)
+    return throttle__fail(h, THROTTLE_EINVAL,
+                          "THROTTLE_BACKEND: rediss:// (TLS) is not supported: "
+                          "the hiredis this module is built with has no TLS; "
+                          "carry redis:// or unix:// through a TLS tunnel "
+                          "(docs/FAILURE-MODEL.md, Across hosts)");
   if (strncmp(url, "redis://", 8) != 0 && strncmp(url, "unix://", 7) != 0)
     return throttle__fail(h, THROTTLE_EINVAL,
                           "THROTTLE_BACKEND: '%.200s' is not redis://..., "
@@ -113,15 +132,18 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
     throttle__free(be);
     return throttle__fail(h, rc, "%s", why);
   }
-  /* redis://:PASSWORD@HOST -> redis://:***@HOST */
-  const char *at = strchr(url, '@');
-  const char *colon = strstr(url, "://:");
-  if (at != NULL && colon != NULL && colon < at)
-    snprintf(be->shown, sizeof be->shown, "%.*s:***%s", (int)(colon + 3 - url),
+  /* redis://[USER]:PASSWORD@HOST -> redis://[USER]:***@HOST */
+  const char *ui = strstr(url, "://") + 3;
+  const char *at = strrchr(ui, '@');
+  const char *colon = at != NULL ? memchr(ui, ':', (size_t)(at - ui)) : NULL;
+  if (colon != NULL)
+    snprintf(be->shown, sizeof be->shown, "%.*s:***%s", (int)(colon - url),
              url, at);
   else
     snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
+  snprintf(be->env_warn, sizeof be->env_warn, "%s", why);
+  atomic_store(&be->notice_gen, show_notice(h, be));
   return 0;
 }
 
@@ -150,8 +172,12 @@ static int result(throttle_t *h, int rc) {
                be->ops->errmsg(be->state));
     return rc;
   }
-  if (atomic_exchange(&be->down, 0))
-    h->open_msg[0] = 0;
+  /* back from the segment, or the backend's warning changed: the
+   * warning (or nothing) is what throttle_errmsg() shows between errors */
+  unsigned gen = be->ops->notice(be->state, NULL, 0);
+  if (atomic_exchange(&be->down, 0) ||
+      atomic_exchange(&be->notice_gen, gen) != gen)
+    (void)show_notice(h, be);
   if (rc < 0)
     return throttle__fail(h, rc, "%s", be->ops->errmsg(be->state));
   throttle__clear_msg(h);
@@ -178,7 +204,7 @@ static int result(throttle_t *h, int rc) {
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms) {
   READ_ONLY_STAYS(h);
   CHECK_KEY(h, key);
-  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms, 0));
+  return result(h, h->be->ops->backoff(h->be->state, key, delay_ms, -1));
 }
 
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
@@ -189,7 +215,7 @@ int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms) {
 /* What this host was told and the backend may have lost (a restart, a
  * failover, an outage the segment served): published again before a
  * wait or an admission, on the key and on each of its scopes (where a
- * 429 or a 503 went).  Only ever later there, so it costs nothing when
+ * 429 or a 503 went), unless the backend had the key cleared since.  Only ever later there, so it costs nothing when
  * the backend knows already, and one extra call only while it is pending
  * here. */
 static void heal(throttle_t *h, const char *key) {
@@ -201,23 +227,58 @@ static void heal(throttle_t *h, const char *key) {
     memcpy(name, key, p);
     name[p] = 0;
     uint64_t ms = throttle__segment_remaining(h, name);
-    if (ms > 0)
-      (void)h->be->ops->backoff(h->be->state, name, ms, 1);
+    /* a copy older than a clear or reset on the backend (from any host)
+     * is dropped, not published again */
+    if (ms > 0 &&
+        h->be->ops->backoff(h->be->state, name, ms,
+                            (int64_t)throttle__segment_published_ago(
+                                h, name)) == THROTTLE_ESTALE)
+      throttle__segment_forget(h, name);
     if (end == 0)
       return;
   }
 }
 
-int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms) {
+/* The caller's timeout less what the backend took since t0 (ns): what the
+ * segment gets when it serves the call after all. */
+static void spend(uint64_t *timeout_ms, uint64_t t0) {
+  if (*timeout_ms == THROTTLE_FOREVER)
+    return;
+  uint64_t used = (throttle__mono_ns() - t0) / THROTTLE__NS_PER_MS;
+  *timeout_ms = used < *timeout_ms ? *timeout_ms - used : 0;
+}
+
+static int enter(throttle_t *h, const char *key, int cls,
+                 uint64_t timeout_ms, int nowait, void **tk, int *probe,
+                 uint64_t *wait_ms);
+
+int throttle__be_wait(throttle_t *h, const char *key, uint64_t *timeout_ms) {
   CHECK_KEY(h, key);
+  uint64_t t0 = throttle__mono_ns();
   heal(h, key);
-  return result(h, h->be->ops->wait(h->be->state, key, timeout_ms));
+  uint64_t left = *timeout_ms;
+  spend(&left, t0);
+  int rc = result(h, h->be->ops->wait(h->be->state, key, left));
+  if (rc == THROTTLE__BE_DOWN)
+    spend(timeout_ms, t0);
+  return rc;
 }
 
 int throttle__be_enter(throttle_t *h, const char *key, int cls,
-                       uint64_t timeout_ms, int nowait, void **tk, int *probe,
-                       uint64_t *wait_ms) {
+                       uint64_t *timeout_ms, int nowait, void **tk,
+                       int *probe, uint64_t *wait_ms) {
+  uint64_t t0 = throttle__mono_ns();
+  int rc = enter(h, key, cls, *timeout_ms, nowait, tk, probe, wait_ms);
+  if (rc == THROTTLE__BE_DOWN)
+    spend(timeout_ms, t0);
+  return rc;
+}
+
+static int enter(throttle_t *h, const char *key, int cls,
+                 uint64_t timeout_ms, int nowait, void **tk, int *probe,
+                 uint64_t *wait_ms) {
   READ_ONLY_STAYS(h);
+  uint64_t t0 = throttle__mono_ns();
   /* While the backend comes back, some of this host's callers may still
    * be in the segment's gate, admitted or queued there during the outage.
    * The backend knows nothing of them, so a caller it admitted would be a
@@ -237,7 +298,9 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
       throttle__publish_len(h, key, len, THROTTLE_OUTCOME_UNAVAILABLE)};
   for (int tries = 0;; tries++) {
     heal(h, key);
-    int rc = h->be->ops->enter(h->be->state, key, cls, timeout_ms, nowait, tk,
+    uint64_t left = timeout_ms;
+    spend(&left, t0);
+    int rc = h->be->ops->enter(h->be->state, key, cls, left, nowait, tk,
                                probe, wait_ms, cold);
     if (rc == 0 && throttle__segment_busy(h, key)) {
       (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,

@@ -30,7 +30,7 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 2u
+#define THROTTLE__BACKEND_ABI 3u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
 
@@ -64,14 +64,19 @@ struct throttle__backend {
   /* 0 and *be set, or an error (bad URL: THROTTLE_EINVAL) with a message
    * in msg.  Reachability is not checked here: an unreachable server only
    * means THROTTLE__BE_DOWN from the calls. */
+  /* msg: why it failed; on success "" or a warning (a variable of its
+   * environment it could not use), which throttle_open() passes on. */
   int (*open)(const struct throttle__be_params *p, void **be, char *msg,
               size_t msglen);
   void (*close)(void *be);
   const char *(*errmsg)(void *be);
-  /* heal: what this host's segment knows, published again (backend.c
-   * heal()): a not-before the backend already has (give or take a round
-   * trip) is left alone and nothing is counted. */
-  int (*backoff)(void *be, const char *key, uint64_t delay_ms, int heal);
+  /* heal_age_ms >= 0: what this host's segment knows, published again
+   * (backend.c heal()), published that long ago by this host's clock: a
+   * not-before the backend already has (give or take a round trip) is left
+   * alone and nothing is counted, and THROTTLE_ESTALE says the key was
+   * cleared since (the host drops its copy).  -1: a plain publish. */
+  int (*backoff)(void *be, const char *key, uint64_t delay_ms,
+                 int64_t heal_age_ms);
   int (*remaining)(void *be, const char *key, uint64_t *ms_left);
   int (*wait)(void *be, const char *key, uint64_t timeout_ms);
   /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
@@ -92,6 +97,11 @@ struct throttle__backend {
   int (*info)(void *be, const char *key, throttle_info_t *out);
   int (*foreach)(void *be, int (*fn)(const throttle_info_t *, void *),
                  void *arg);
+  /* A standing warning about how the backend is set up (Redis may evict
+   * keys, blocking commands are refused), for throttle_errmsg() between
+   * errors: copied into buf (len bytes, "" when none); returns a number
+   * that changes whenever the warning does. */
+  unsigned (*notice)(void *be, char *buf, size_t len);
 };
 
 /* ---- the core's side (backend.c) -------------------------------------
@@ -122,15 +132,21 @@ struct throttle__be;
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
 /* backoff.c: the segment's own ms left for key (0 = open). */
 uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
+/* backoff.c: how long ago the segment's back-off of key was published
+ * (ms, 0 = none), and the copy dropped (cleared on the backend since). */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key);
+void throttle__segment_forget(throttle_t *h, const char *key);
 /* backoff.c: the segment still admits or queues callers of key. */
 bool throttle__segment_busy(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);
-int throttle__be_wait(throttle_t *h, const char *key, uint64_t timeout_ms);
+/* wait and enter: on THROTTLE__BE_DOWN, *timeout_ms is what is left of
+ * it for the segment (the time the backend took is spent). */
+int throttle__be_wait(throttle_t *h, const char *key, uint64_t *timeout_ms);
 int throttle__be_enter(throttle_t *h, const char *key, int cls,
-                       uint64_t timeout_ms, int nowait, void **tk, int *probe,
-                       uint64_t *wait_ms);
+                       uint64_t *timeout_ms, int nowait, void **tk,
+                       int *probe, uint64_t *wait_ms);
 int throttle__be_leave(throttle_t *h, void *tk, int outcome,
                        uint64_t retry_after_ms, uint32_t pub_len);
 int throttle__be_set(throttle_t *h, const char *key, int what, uint64_t a,

@@ -43,7 +43,7 @@ static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
   uint32_t e = 0;
   for (int t = 0; t < NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
-    int f = throttle__find_nolock(h, key, len, &idx, &seq);
+    int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
     if (f == 0) {
       *nb = 0;
       *rec = NULL;
@@ -98,6 +98,35 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
   return ms_left(h, nb, throttle__now_ns());
 }
 
+/* How long ago (ms) the segment's back-off of key was published, as its
+ * record tells (the not-before less the last delay); 0 when none. */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+    return 0;
+  uint64_t now = throttle__now_ns(), ago = 0;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL) {
+    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+    uint64_t d = sat_mul_ms(r->last_delay_ms);
+    uint64_t pub = nb > d ? nb - d : 0;
+    ago = nb != 0 && now > pub ? (now - pub) / THROTTLE__NS_PER_MS : 0;
+  }
+  throttle__unlock(h);
+  return ago;
+}
+
+static int segment_clear(throttle_t *h, const char *key, size_t len);
+
+/* The segment's copy of key's back-off dropped: the backend had it cleared
+ * after it was published, so healing must not bring it back. */
+void throttle__segment_forget(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) == 0)
+    (void)segment_clear(h, key, len);
+}
+
 /* Has the segment admitted or queued a caller of key that is still there
  * (reaped of the dead first)?  Only during and just after a backend
  * outage: while the backend serves, the segment's gate for a key is
@@ -119,28 +148,48 @@ bool throttle__segment_busy(throttle_t *h, const char *key) {
   return busy;
 }
 
-/* The key's not-before as read without the mutex (0: absent, open, or the
- * table kept changing under us), bounded by the segment's maximum delay:
- * what a caller that cannot take the mutex still honours before it fails
- * open. */
-uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
-                             size_t len) {
-  for (int t = 0; t < NOLOCK_TRIES; t++) {
+/* One record's not-before as read without the mutex (0: absent, open, or
+ * the table kept changing under us), bounded by the segment's maximum
+ * delay: shared memory is input (I8). */
+static uint64_t level_nb_nolock(const throttle_t *h, const char *key,
+                                size_t len) {
+  uint64_t v = 0;
+  int t = 0;
+  for (; t < NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
-    int f = throttle__find_nolock(h, key, len, &idx, &seq);
+    int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
     if (f == 0)
       return 0;
     if (f < 0)
       continue;
-    uint64_t v =
-        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
-    if (!throttle__seq_still(h, seq))
-      continue;
-    uint64_t limit =
-        throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
-    return v > limit ? limit : v;
+    v = atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    if (throttle__seq_still(h, seq))
+      break;
   }
-  return 0;
+  /* Never stable (a writer stopped inside a change of the table, the
+   * mutex with it): the records themselves still say. */
+  if (t == NOLOCK_TRIES)
+    v = throttle__scan_nb_nolock(h, key, len);
+  uint64_t limit =
+      throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
+  return v > limit ? limit : v;
+}
+
+/* The latest not-before of the key and of every scope above it, as read
+ * without the mutex: what a caller that cannot take the mutex still
+ * honours before it fails open (a 429 is published on the root scope, so
+ * the scopes' are the common back-off). */
+uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
+                             size_t len) {
+  uint64_t most = 0;
+  for (size_t p = 0, q = 0; q < len; p = q + 1) {
+    size_t s = throttle__scope_next(key, len, p);
+    q = s ? s : len;
+    uint64_t v = level_nb_nolock(h, key, q);
+    if (v > most)
+      most = v;
+  }
+  return most;
 }
 
 /* The mutex is out of reach (lock_rc): the caller will fail open and send
@@ -220,17 +269,53 @@ static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now) {
   return (d + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
 }
 
+/* The latest not-before of key and its scopes from what this thread's
+ * guesses know of each (true), with no lock and no full lookup; false
+ * when a level is not among them (then the caller checks the key's syntax
+ * and looks it up).  Known levels were checked when first seen. */
+static bool guessed_nb(const throttle_t *h, const char *key, size_t len,
+                       uint64_t *most) {
+  *most = 0;
+  for (size_t p = 0, q = 0; q < len; p = q + 1) {
+    size_t s = throttle__scope_next(key, len, p);
+    q = s ? s : len;
+    uint32_t idx, seq;
+    int f = throttle__find_nolock(h, key, q, &idx, &seq, true);
+    if (f == THROTTLE__NOT_GUESSED)
+      return false;
+    if (f == 0)
+      continue;
+    uint64_t v =
+        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    if (!throttle__seq_still(h, seq))
+      return false;
+    if (v != 0 &&
+        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
+      return false; /* read_nb pulls it in under the mutex */
+    if (v > *most)
+      *most = v;
+  }
+  return true;
+}
+
 THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
                                        uint64_t *ms) {
   size_t len;
   if (h == NULL || ms == NULL)
     return THROTTLE_EINVAL;
-  int rc = throttle__check_key(h, key, &len);
+  int rc = throttle__key_len(h, key, &len);
   if (rc != 0)
+    return rc;
+  uint64_t most;
+  if (h->be == NULL && guessed_nb(h, key, len, &most)) {
+    *ms = most == 0 ? 0 : ms_left(h, most, throttle__now_ns());
+    return 0;
+  }
+  if ((rc = throttle__key_syntax(h, key, len)) != 0)
     return rc;
   THROTTLE__BE_TRY(h, throttle__be_remaining(h, key, ms));
   /* the latest of the key's and its scopes' */
-  uint64_t most = 0;
+  most = 0;
   for (size_t p = 0, q = 0; q < len; p = q + 1) {
     size_t s = throttle__scope_next(key, len, p);
     q = s ? s : len;
@@ -261,31 +346,41 @@ static void count_wait(throttle_t *h, const char *key, size_t len,
 
 /* Held by the gate although the time has come: the key is paused, or the
  * probe of a lock episode is out (enter/leave users; see gate.c).  Sleep
- * for its answer like an admission would, re-checking for a dead probe. */
-static int wait_gate(throttle_t *h, const char *key, size_t len,
+ * for its answer like an admission would, re-checking for a dead probe.
+ * A scope's probe holds its keys as the admission's scope gate says
+ * (scope.c: a cold scope's first request at most THROTTLE__COLD_HOLD_NS,
+ * so a caller that holds one table never waits for itself on another):
+ * 1 when that hold is over, the level open for this wait. */
+static int wait_gate(throttle_t *h, const char *key, size_t len, bool scope,
                      struct throttle__rec *r, uint32_t epoch, uint64_t now,
                      uint64_t deadline) {
-  if (now >= deadline)
-    return throttle__fail(h, THROTTLE_ETIMEDOUT,
-                          "%s: %s past the timeout", key,
-                          throttle__gate_held(r) == 1 ? "paused"
-                                                      : "probe still out");
+  uint64_t until = now + THROTTLE__POLL_NS;
   if (throttle__lock(h) == 0) {
     struct throttle__rec *lr =
         throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
     if (lr != NULL)
       throttle__reap_locked(lr, now);
+    bool open = lr != NULL && scope && throttle__gate_held(lr) == 2 &&
+                !throttle__scope_probe_holds_locked(lr, now, &until);
     throttle__unlock(h);
+    if (open)
+      return 1;
   }
-  uint64_t until = now + THROTTLE__POLL_NS;
+  if (now >= deadline)
+    return throttle__fail(h, THROTTLE_ETIMEDOUT,
+                          "%s: %s past the timeout", key,
+                          throttle__gate_held(r) == 1 ? "paused"
+                                                      : "probe still out");
   if (until > deadline)
     until = deadline;
-  if (throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
+  if (until > now && throttle__sleep(h, &r->epoch, epoch, until - now) != 0)
     return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
   return 0;
 }
 
-static int wait_slow(throttle_t *h, const char *key, size_t len,
+/* 0 when the level opened, 1 when it is open by the cold-scope bound
+ * without a sleep in this call (nothing waited for), or the error. */
+static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
                      uint64_t timeout_ms) __attribute__((noinline));
 
 /* The open-key check without the mutex: 1 when key is absent or open and
@@ -295,7 +390,8 @@ static inline __attribute__((always_inline)) int
 peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
   uint32_t i, seq;
   *idx = UINT32_MAX;
-  int f = throttle__find_nolock(h, key, len, &i, &seq);
+  /* this thread's guesses alone: they know only keys checked before */
+  int f = throttle__find_nolock(h, key, len, &i, &seq, true);
   if (f <= 0)
     return f == 0;
   const struct throttle__rec *r = &h->recs[i];
@@ -312,23 +408,26 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   size_t len;
   if (h == NULL)
     return THROTTLE_EINVAL;
-  int rc = throttle__check_key(h, key, &len);
+  int rc = throttle__key_len(h, key, &len);
   if (rc != 0)
     return rc;
-  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, timeout_ms));
   /* The key and each of its scopes (scope.c), root first.  The hot path:
-   * every level open and not held by the gate; no clock, no lock.  A level
-   * waited for may let another close meanwhile: look at all again. */
+   * every level open and not held by the gate, as this thread's guesses
+   * know it; no clock, no lock, no full lookup.  A level waited for may
+   * let another close meanwhile: look at all again. */
   /* read before the look whose result it may vouch for */
   uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_acquire);
   uint32_t idx;
-  if (peek_open(h, key, len, &idx) &&
+  if (h->be == NULL && peek_open(h, key, len, &idx) &&
       (throttle__scope_next(key, len, 0) == 0 ||
        (idx != UINT32_MAX &&
         throttle__guess_scopes_open(h, key, len, idx, gen)))) {
     throttle__clear_msg(h); /* the hot path: one lookup */
     return 0;
   }
+  if ((rc = throttle__key_syntax(h, key, len)) != 0)
+    return rc;
+  THROTTLE__BE_TRY(h, throttle__be_wait(h, key, &timeout_ms));
   uint64_t nb, start = 0;
   struct throttle__rec *r = NULL;
   for (bool waited = true; waited;) {
@@ -350,12 +449,13 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       if (start == 0)
         start = now;
       uint64_t spent = (now - start) / THROTTLE__NS_PER_MS;
-      if ((rc = wait_slow(h, key, l,
+      if ((rc = wait_slow(h, key, l, l < len,
                           timeout_ms == THROTTLE_FOREVER ? timeout_ms
                           : spent < timeout_ms           ? timeout_ms - spent
-                                                         : 0)) != 0)
+                                                         : 0)) < 0)
         return rc;
-      waited = true;
+      if (rc == 0)
+        waited = true;
     } while (l < len);
     if (!waited && r != NULL) /* r: the key's own record, looked at last */
       throttle__guess_note_scopes(h, key, len, (uint32_t)(r - h->recs), gen);
@@ -364,11 +464,12 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   return 0;
 }
 
-static int wait_slow(throttle_t *h, const char *key, size_t len,
+static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
                      uint64_t timeout_ms) {
   int rc;
   uint64_t start = 0, deadline = UINT64_MAX, jitter = 0, own_until = 0;
   int slept = 0;
+  bool asleep = false, bound = false; /* slept; open by the cold bound */
   for (;;) {
     uint64_t nb;
     struct throttle__rec *r;
@@ -411,6 +512,7 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
       target = deadline;
     slept = 1;
     if (now < target) {
+      asleep = true;
       if (throttle__sleep(h, &r->epoch, epoch, target - now) != 0) {
         count_wait(h, key, len, throttle__now_ns() - start);
         return throttle__fail(h, THROTTLE_EINTR, "%s: wait interrupted", key);
@@ -419,15 +521,20 @@ static int wait_slow(throttle_t *h, const char *key, size_t len,
     }
     if (!held)
       break;
-    if ((rc = wait_gate(h, key, len, r, epoch, now, deadline)) != 0) {
+    if ((rc = wait_gate(h, key, len, scope, r, epoch, now, deadline)) == 1) {
+      bound = true;
+      break;
+    }
+    if (rc != 0) {
       count_wait(h, key, len, now - start);
       return rc;
     }
+    asleep = true;
   }
-  if (slept)
+  if (asleep)
     count_wait(h, key, len, throttle__now_ns() - start);
   throttle__clear_msg(h);
-  return 0;
+  return bound && !asleep ? 1 : 0;
 }
 
 /* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
@@ -447,8 +554,12 @@ static int segment_clear(throttle_t *h, const char *key, size_t len) {
     throttle__wake_rec(r);
     throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
   }
+  /* A scope without a record of its own has no back-off to drop; its
+   * keys are still woken, and it is no unknown key. */
+  bool beneath = r == NULL && throttle__scope_below_key_locked(h, key, len,
+                                                               false) != 0;
   throttle__unlock(h);
-  return r != NULL ? 0 : THROTTLE_ENOKEY;
+  return r != NULL || beneath ? 0 : THROTTLE_ENOKEY;
 }
 
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {

@@ -241,11 +241,37 @@ static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
   return n;
 }
 
+/* Waiting beyond the slots: counted (by class) in the record's
+ * generation of that count, which the reap renews when it finds the count
+ * stale (gate_grant.c); a caller counted in another one counts itself
+ * again, so the count is exact once the gone are dropped. */
+struct ovf {
+  bool on;
+  bool bf;
+  uint32_t gen;
+};
+
+static void ovf_count(struct throttle__rec *r, struct ovf *o, bool bf) {
+  if (o->on && o->gen == r->ovf_gen)
+    return;
+  o->on = true;
+  o->bf = bf;
+  o->gen = r->ovf_gen;
+  if (r->ovf_waiters < UINT32_MAX)
+    r->ovf_waiters++;
+  if (bf && r->ovf_bf < UINT32_MAX)
+    r->ovf_bf++;
+}
+
 /* No longer waiting beyond the slots (registered, or giving up). */
-static void ovf_done(struct throttle__rec *r, bool *ovf) {
-  if (*ovf && r->ovf_waiters > 0)
-    r->ovf_waiters--;
-  *ovf = false;
+static void ovf_done(struct throttle__rec *r, struct ovf *o) {
+  if (o->on && o->gen == r->ovf_gen) {
+    if (r->ovf_waiters > 0)
+      r->ovf_waiters--;
+    if (o->bf && r->ovf_bf > 0)
+      r->ovf_bf--;
+  }
+  o->on = false;
 }
 
 static uint64_t deadline_after(uint64_t now, uint64_t timeout_ms) {
@@ -273,7 +299,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
   struct throttle__self_id self = throttle__self_id();
   uint32_t cancel_gen = 0;
   bool gen_taken = false, interrupted = false;
-  bool ovf = false; /* counted in r->ovf_waiters: waiting beyond the slots */
+  struct ovf ovf = {0}; /* counted in r->ovf_waiters: beyond the slots */
   t->quiet = false;
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
@@ -372,11 +398,11 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         if (ro_ok)
           throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, cls);
         registered = true;
+        if (ovf.on)
+          r->ovf_free_ns = 0; /* the free slot it waited for is taken */
         ovf_done(r, &ovf);
-      } else if (!ovf) {
-        ovf = true;
-        if (r->ovf_waiters < UINT32_MAX)
-          r->ovf_waiters++;
+      } else {
+        ovf_count(r, &ovf, cls == THROTTLE_CLASS_BACKFILL);
         if (t->ticket == 0)
           t->ticket = next_ticket_locked(h, r);
       }
@@ -403,6 +429,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     } else {
       next = UINT64_MAX;
     }
+    if (s != NULL && s->state == THROTTLE__SLOT_WAITING)
+      /* still waiting: the waiter's lease runs from this look (reap) */
+      s->since_mono_ns = throttle__mono_at(now);
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING && interrupted) {
       /* Granted while the caller was already told to stop: hand the slot
        * on as an abandoned admission would (a probe's turn passes to the
@@ -415,7 +444,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       break;
     }
     if (s != NULL && s->state == THROTTLE__SLOT_HOLDING) {
-      t->probe = r->probe_ticket == s->ticket;
+      /* the probe of its key's episode, or of a scope's (a cold scope's
+       * first request, the first after a scope's back-off): its answer is
+       * the one the others wait for */
+      t->probe = r->probe_ticket == s->ticket ||
+                 (!t->quiet && !(quiet & THROTTLE__QUIET_ABSENT) &&
+                  throttle__scope_probe_of_locked(h, r, s->ticket));
       s->lease_ms = h->lease_ms;
       throttle__unlock(h);
       throttle__wake_all(&w);
@@ -526,7 +560,7 @@ static int do_enter(throttle_t *h, const char *key, throttle_class_t cls,
   t->rec = rec_guess(h, key);
   t->be = NULL;
   if (h->be != NULL) {
-    rc = throttle__be_enter(h, key, cls, timeout_ms, nowait, &t->be,
+    rc = throttle__be_enter(h, key, cls, &timeout_ms, nowait, &t->be,
                             &t->probe, wait_ms);
     if (rc == 0) {
       *out = t;
@@ -627,6 +661,7 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
     s->state = THROTTLE__SLOT_WAITING; /* the same ticket: the oldest */
     s->probe = 0;
     s->since_ns = now;
+    s->since_mono_ns = 0; /* a waiter's lease starts at its next look */
     throttle__roster_set(&ro, t->slot, THROTTLE__SLOT_WAITING, s->cls);
   } else if (s != NULL) {
     throttle__free_slot(r, s);
@@ -666,16 +701,11 @@ static void mirror_publish(throttle_t *h, throttle_ticket_t *t,
   if (throttle__lock(h) != 0)
     return;
   uint64_t now = throttle__now_ns();
-  struct throttle__rec *r;
-  if (throttle__insert_locked(h, t->key, plen,
-                              plen == t->len
-                                  ? ticket_hash(h, t)
-                                  : throttle__hash(h->seed, t->key, plen),
-                              now, &r) == 0)
-    throttle__publish_locked(h, r, now,
-                             ms > UINT64_MAX / THROTTLE__NS_PER_MS
-                                 ? UINT64_MAX
-                                 : ms * THROTTLE__NS_PER_MS);
+  (void)throttle__publish_at_locked(h, t->key, t->len, plen,
+                                    ms > UINT64_MAX / THROTTLE__NS_PER_MS
+                                        ? UINT64_MAX
+                                        : ms * THROTTLE__NS_PER_MS,
+                                    now); /* the backend has it: a copy */
   throttle__unlock(h);
 }
 
@@ -726,16 +756,19 @@ static int report(throttle_t *h, throttle_ticket_t *t,
    * report_locked() (timed_leave) once it has seen the slots. */
   uint64_t now = publishes(outcome) || requeue ? throttle__now_ns() : 0;
   if (publishes(outcome))
-    throttle__scope_publish_locked(h, t->key, t->len, outcome,
-                                   delay_ns(retry_after_ms), now);
+    rc = throttle__scope_publish_locked(h, t->key, t->len, outcome,
+                                        delay_ns(retry_after_ms), now);
   /* The record the enter found, when it still holds the key: no hash
    * walk on the way out. */
   struct throttle__rec *r = throttle__rec_at_locked(h, t->rec, t->key, t->len);
   if (r == NULL)
     r = throttle__find_locked(h, t->key, t->len, ticket_hash(h, t));
-  if (r == NULL && publishes(outcome))
-    rc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t), now,
-                                 &r);
+  if (r == NULL && publishes(outcome)) {
+    int irc = throttle__insert_locked(h, t->key, t->len, ticket_hash(h, t),
+                                      now, &r);
+    if (rc == 0)
+      rc = irc;
+  }
   struct throttle__wake w;
   w.n = 0; /* only n: zeroing the 32 pointers cost a quarter of a leave */
   bool stale = r == NULL ||

@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #define REAP_NS (50 * THROTTLE__NS_PER_MS)
+#define WAITER_LEASE_MIN_NS (4 * THROTTLE__POLL_NS)
 
 /* ---- helpers on a record -------------------------------------------- */
 
@@ -29,17 +30,41 @@ void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s) {
   s->pid = 0;
   throttle__slot_bump(s);
   if (r->ovf_waiters != 0) { /* a caller beyond the slots may register */
+    if (r->ovf_free_ns == 0) /* free since now (throttle__ovf_stale) */
+      r->ovf_free_ns = throttle__now_coarse_ns();
     atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
     throttle__futex_wake(&r->epoch);
   }
 }
 
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now)
-    return false;
+/* What a record holds, its slots aside, that its eviction would lose: a
+ * not-before to come, settings an operator made (never evicted), or a lock
+ * episode (a back-off published and no probe answered yet) or a probe
+ * out: evicted, the next callers would find the key (or the scope) new
+ * and all go at once (I3).  An episode holds its record until one maximum
+ * delay of the segment has passed since its not-before and its last use
+ * with nobody coming back for it: no herd is left to hold by then, and a
+ * table must not fill up with episodes that nobody will end. */
+static bool rec_holds(const throttle_t *h, const struct throttle__rec *r,
+                      uint64_t now) {
+  uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+  if (nb > now)
+    return true;
   if (r->fixed_cap || r->auto_max || r->rate_n ||
       (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
-    return false; /* settings an operator made: never evicted */
+    return true;
+  if (!(r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket == 0)
+    return false;
+  uint64_t since = nb > r->last_use_ns ? nb : r->last_use_ns;
+  if (since > now) /* shared memory is input: at most one delay from now */
+    since = now;
+  return now < throttle__sat_add(since, throttle__seg_max_ns(h));
+}
+
+bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
+                        uint64_t now) {
+  if (rec_holds(h, r, now))
+    return false;
   for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
     if (r->slot[i].state != THROTTLE__SLOT_FREE)
       return false;
@@ -149,6 +174,8 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
     __atomic_store_n(&r->probe_ticket, 0, __ATOMIC_RELEASE);
   if (r->fixed_cap > THROTTLE__SLOTS)
     r->fixed_cap = THROTTLE__SLOTS;
+  if (r->ovf_bf > r->ovf_waiters)
+    r->ovf_bf = r->ovf_waiters;
   throttle__learn_bound_locked(r, now);
 }
 
@@ -170,13 +197,32 @@ void throttle__reap_locked(struct throttle__rec *r, uint64_t now) {
 /* For eviction: a key that would be idle but for slots (no back-off, no
  * setting an operator made) is reaped now, whoever waits; true when that
  * leaves it idle (its only participants were dead or past their lease). */
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now) {
-  if (atomic_load_explicit(&r->not_before, memory_order_relaxed) > now ||
-      r->fixed_cap || r->auto_max || r->rate_n ||
-      (r->flags & (THROTTLE__REC_PAUSED | THROTTLE__REC_SHARE_SET)))
+bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
+                                uint64_t now) {
+  if (rec_holds(h, r, now))
     return false;
   (void)throttle__reap(r, now, true);
-  return throttle__rec_idle(r, now);
+  return throttle__rec_idle(h, r, now);
+}
+
+/* The count of callers beyond the slots (gate.c) is judged by evidence
+ * (throttle__ovf_stale): dropped, and its generation renewed so that a
+ * live caller counted before counts itself again.  ovf_free_ns is kept
+ * here and by throttle__free_slot(). */
+static void reap_ovf(struct throttle__rec *r, uint64_t now) {
+  bool slot_free = false;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS && !slot_free; i++)
+    slot_free = r->slot[i].state == THROTTLE__SLOT_FREE;
+  if (r->ovf_waiters == 0 || !slot_free) {
+    r->ovf_free_ns = 0;
+  } else if (r->ovf_free_ns == 0 || r->ovf_free_ns > now) {
+    r->ovf_free_ns = now;
+  } else if (throttle__ovf_stale(r, now)) {
+    r->ovf_gen++;
+    r->ovf_waiters = 0;
+    r->ovf_bf = 0;
+    r->ovf_free_ns = 0;
+  }
 }
 
 /* true when it looked (and may have freed slots), false when it was too
@@ -197,9 +243,20 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
     bound_slot_times(s, now, mono);
-    bool lapsed = s->state == THROTTLE__SLOT_HOLDING &&
-                  mono - s->since_mono_ns >
-                      (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    /* A waiter's lease runs from its last look at the gate (gate.c
+     * stamps it each time it must wait on; 0: not yet), so a waiter that
+     * cannot be judged and stopped looking is dropped as a holder's slot
+     * is.  A live one looks again every THROTTLE__POLL_NS, hence the floor
+     * of a few of those; one dropped while alive (stopped past its lease)
+     * registers again with its arrival ticket, its place in the queue
+     * kept. */
+    uint64_t lease = (uint64_t)s->lease_ms * THROTTLE__NS_PER_MS;
+    if (s->state == THROTTLE__SLOT_WAITING && lease < WAITER_LEASE_MIN_NS)
+      lease = WAITER_LEASE_MIN_NS;
+    bool lapsed = (s->state == THROTTLE__SLOT_HOLDING ||
+                   (s->state == THROTTLE__SLOT_WAITING &&
+                    s->since_mono_ns != 0)) &&
+                  mono - s->since_mono_ns > lease;
     if (!lapsed && throttle__holder_alive(s))
       continue;
     if (s->state == THROTTLE__SLOT_HOLDING) {
@@ -212,6 +269,7 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
     }
     throttle__free_slot(r, s);
   }
+  reap_ovf(r, now);
   return true;
 }
 

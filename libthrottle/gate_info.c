@@ -23,10 +23,18 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
   f[THROTTLE_FIELD_IN_FLIGHT] = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1);
   f[THROTTLE_FIELD_CAP] = throttle__cap_of(r);
   f[THROTTLE_FIELD_CAP_AUTO] = r->fixed_cap == 0;
+  /* Every waiter: those in slots, and those beyond them (counted by
+   * class, gate.c; listed below only in slots, where their pid is). */
+  uint32_t ovf = throttle__ovf_stale(r, now) ? 0 : r->ovf_waiters;
+  uint32_t ovf_bf = r->ovf_bf <= ovf ? r->ovf_bf : ovf;
   f[THROTTLE_FIELD_WAITING_LIVE] =
-      throttle__count_slots(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_LIVE);
+      (int64_t)throttle__count_slots(r, THROTTLE__SLOT_WAITING,
+                                     THROTTLE_CLASS_LIVE) +
+      (ovf - ovf_bf);
   f[THROTTLE_FIELD_WAITING_BACKFILL] =
-      throttle__count_slots(r, THROTTLE__SLOT_WAITING, THROTTLE_CLASS_BACKFILL);
+      (int64_t)throttle__count_slots(r, THROTTLE__SLOT_WAITING,
+                                     THROTTLE_CLASS_BACKFILL) +
+      ovf_bf;
   f[THROTTLE_FIELD_PROBE_OUT] = r->probe_ticket != 0;
   f[THROTTLE_FIELD_LOCK_EPISODE] = (r->flags & THROTTLE__REC_EPISODE) != 0;
   f[THROTTLE_FIELD_PAUSED] = (r->flags & THROTTLE__REC_PAUSED) != 0;
@@ -81,6 +89,7 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
     tickets[k] = s->ticket;
     party(&out->waiter[k], s, false, now);
   }
+  throttle__info_unlisted(out);
 }
 
 /* Entry i of a snapshot's holders or waiters, as the public calls hand

@@ -4,6 +4,7 @@
  * open (with the fail-open fallback to private memory), close, unlink.
  */
 #include "backend.h"
+#include "env.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -128,22 +129,6 @@ THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
   return 0;
 }
 
-/* An environment number, or def when unset; *bad is set when it is set but
- * not a number within [lo, hi]. */
-static uint64_t env_number(const char *var, uint64_t def, uint64_t lo,
-                           uint64_t hi, const char **bad) {
-  const char *v = getenv(var);
-  if (v == NULL || *v == 0)
-    return def;
-  char *end;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (errno != 0 || *end != 0 || v[0] == '-' || n < lo || n > hi) {
-    *bad = var;
-    return def;
-  }
-  return n;
-}
 
 THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
                                   throttle_t **out) {
@@ -154,29 +139,33 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
   if (h == NULL)
     return throttle__fail(NULL, THROTTLE_ENOMEM,
                           "out of memory for a handle (%zu bytes)", sizeof *h);
-  const char *bad = NULL;
+  char warn[sizeof h->open_msg] = "";
   if (resolve_name(cfg != NULL ? cfg->segment : NULL, h->name,
                    sizeof h->name) != 0)
-    bad = "THROTTLE_SEGMENT";
+    snprintf(warn, sizeof warn,
+             "THROTTLE_SEGMENT='%.40s' is not a segment name (1 to 200 "
+             "bytes, no '/' after the first); %s is used",
+             getenv("THROTTLE_SEGMENT"), h->name);
   h->capacity = (cfg != NULL && (cfg->set & SET_CAPACITY))
                     ? cfg->capacity
-                    : (uint32_t)env_number("THROTTLE_KEYS",
+                    : (uint32_t)throttle__env_number("THROTTLE_KEYS",
                                            THROTTLE__DEFAULT_CAPACITY, 1,
-                                           THROTTLE__MAX_CAPACITY, &bad);
+                                           THROTTLE__MAX_CAPACITY, warn,
+                                           sizeof warn);
   uint64_t max_ms = (cfg != NULL && (cfg->set & SET_MAX_DELAY))
                         ? cfg->max_delay_ms
-                        : env_number("THROTTLE_MAX_DELAY_MS",
+                        : throttle__env_number("THROTTLE_MAX_DELAY_MS",
                                      THROTTLE__DEFAULT_MAX_DELAY_MS, 1,
-                                     MAX_MAX_DELAY_MS, &bad);
+                                     MAX_MAX_DELAY_MS, warn, sizeof warn);
   h->max_delay_ns = max_ms * THROTTLE__NS_PER_MS;
   h->lock_timeout_ms = (cfg != NULL && (cfg->set & SET_LOCK_TIMEOUT))
                            ? cfg->lock_timeout_ms
                            : THROTTLE__DEFAULT_LOCK_TIMEOUT_MS;
   h->lease_ms = (cfg != NULL && (cfg->set & SET_LEASE))
                     ? (uint32_t)cfg->lease_ms
-                    : (uint32_t)env_number("THROTTLE_LEASE_MS",
+                    : (uint32_t)throttle__env_number("THROTTLE_LEASE_MS",
                                            THROTTLE__DEFAULT_LEASE_MS, 1,
-                                           86400000u, &bad);
+                                           86400000u, warn, sizeof warn);
   h->flags = cfg != NULL ? cfg->flags : 0;
   if (cfg != NULL && cfg->intr != NULL) {
     h->intr = cfg->intr;
@@ -202,9 +191,17 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
     return rc;
   }
   if (rc == 0) {
-    if (bad != NULL)
-      snprintf(h->open_msg, sizeof h->open_msg,
-               "%s is not a valid value; the default is used", bad);
+    /* Warnings: this process's environment, then the backend's. */
+    size_t k = strlen(warn), m = strlen(h->open_msg);
+    if (m > 0 && k > 0 && k + 2 < sizeof warn) {
+      memcpy(warn + k, "; ", 2);
+      k += 2;
+    }
+    if (m > sizeof warn - 1 - k)
+      m = sizeof warn - 1 - k;
+    memcpy(warn + k, h->open_msg, m);
+    warn[k + m] = 0;
+    memcpy(h->open_msg, warn, sizeof h->open_msg);
     throttle__clear_msg(h);
     *out = h;
     return 0;

@@ -672,8 +672,16 @@ throttle_curl_result_status(const throttle_curl_result_t *r) {
 
 THROTTLE_EXTERN int
 throttle_curl_result_transient(const throttle_curl_result_t *r) {
-  return r != NULL && (r->status == THROTTLE_CURL_GAVE_UP ||
-                       r->status == THROTTLE_CURL_CANCELED);
+  if (r == NULL)
+    return 0;
+  /* A transport error the loop re-sent for (the network or the server's
+   * end failed) ran out of budget or time, not out of hope: a later call
+   * may get through.  One it did not re-send fails the same way again. */
+  if (r->status == THROTTLE_CURL_TRANSPORT)
+    return transient_curl(r->curl_code) &&
+           !(r->http_status >= 200 && r->http_status <= 299);
+  return r->status == THROTTLE_CURL_GAVE_UP ||
+         r->status == THROTTLE_CURL_CANCELED;
 }
 
 THROTTLE_EXTERN unsigned

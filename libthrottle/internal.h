@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 4u
+#define THROTTLE__LAYOUT 5u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -163,14 +163,25 @@ struct throttle__rec {
   uint32_t auto_ra_ms;    /* Retry-After of the refusal that taught the cap */
   uint64_t auto_work_ns;  /* work at the cap since learned or raised */
   uint64_t auto_learned_ns; /* when a refusal last set the cap; 0 = never */
-  uint32_t ovf_waiters;   /* callers waiting beyond the slots (a hint: a
-                             crashed one leaves it high, costing wakes) */
+  uint32_t ovf_waiters;   /* callers waiting beyond the slots: a count
+                             for the snapshot's waiters and a hint for
+                             the wakes (a crashed one leaves it high until
+                             the reap finds it stale: ovf_free_ns) */
+  uint32_t ovf_bf;        /* of those, of class backfill */
+  uint32_t ovf_gen;       /* bumped when the reap drops a stale count: a
+                             caller counted in another generation counts
+                             itself again at its next look (gate.c) */
   /* Callers about to sleep on a slot word of this key: counted under the
    * mutex before they unlock, uncounted after the sleep.  A grant wakes
    * the slot's futex only when it is non-zero (gate.c), so an uncontended
    * admission makes no system call.  A crashed sleeper leaves it high,
    * costing wakes, never a lost one. */
   _Atomic uint32_t sleepers;
+  /* Since when a slot has been free while callers beyond the slots are
+   * counted (0: not so).  They look at least every THROTTLE__POLL_NS and
+   * take a free slot when they do, so a slot free for longer than a few
+   * of those says the count is of callers that are gone (gate_grant.c). */
+  uint64_t ovf_free_ns;
   /* Counters: */
   uint64_t admitted;
   uint64_t locked;
@@ -257,6 +268,24 @@ static inline void throttle__rate_take(struct throttle__rec *r,
   uint64_t T = r->rate_period_ns / r->rate_n;
   uint64_t base = r->rate_tat_ns > now ? r->rate_tat_ns : now;
   r->rate_tat_ns = throttle__sat_add(base, T);
+}
+
+/* Are the callers counted beyond the slots (ovf_waiters) gone?  While
+ * they are counted and a slot is free, a live one takes it at its next
+ * look (at most THROTTLE__POLL_NS away), so a slot free for a few of
+ * those since ovf_free_ns says the count is of callers that died waiting
+ * beyond the slots.  Read-only: the snapshot shows them gone, the reap
+ * drops them (gate_grant.c). */
+#define THROTTLE__OVF_STALE_NS (4 * THROTTLE__POLL_NS)
+static inline bool throttle__ovf_stale(const struct throttle__rec *r,
+                                       uint64_t now) {
+  if (r->ovf_waiters == 0 || r->ovf_free_ns == 0 || r->ovf_free_ns > now ||
+      now - r->ovf_free_ns <= THROTTLE__OVF_STALE_NS)
+    return false;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+    if (r->slot[i].state == THROTTLE__SLOT_FREE)
+      return true;
+  return false;
 }
 
 /* Participant slots in state (and of class cls, unless cls < 0). */
@@ -387,12 +416,27 @@ int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,
 void throttle__crashpoint(const char *name);
 
 /* table.c */
+/* A key's check (include/throttle.h, Conventions): 0, or THROTTLE_EKEY
+ * with the reason as h's message; *len its length.  Every entry point
+ * makes it before it looks anything up, so this thread's guesses only
+ * ever hold checked keys: the open-key path checks the length, asks the
+ * guesses alone (throttle__find_nolock with guessed_only), and checks the
+ * syntax (key_syntax, after key_len) only when they do not know the key. */
 int throttle__check_key(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_len(const throttle_t *h, const char *key, size_t *len);
+int throttle__key_syntax(const throttle_t *h, const char *key, size_t len);
 uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
-/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable. */
+/* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable; with
+ * guessed_only, THROTTLE__NOT_GUESSED unless this thread's guesses answer
+ * (then the key passed throttle__check_key before). */
+#define THROTTLE__NOT_GUESSED (-2)
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                          uint32_t *idx, uint32_t *seq);
+                          uint32_t *idx, uint32_t *seq, bool guessed_only);
 bool throttle__seq_still(const throttle_t *h, uint32_t seq);
+/* The latest not-before of the records holding key, by a scan of them all
+ * without the mutex or the index (for a caller failing open). */
+uint64_t throttle__scan_nb_nolock(const throttle_t *h, const char *key,
+                                  size_t len);
 /* This thread saw every scope of key, found at record idx, open under
  * hdr->sgen == gen (noted by throttle__guess_note_scopes after a look).
  * Lock-free; only a hint for the open-key path: any publish, pause,
@@ -419,9 +463,14 @@ uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
-bool throttle__rec_idle(const struct throttle__rec *r, uint64_t now);
+/* May r be evicted: no slot in use, and nothing else eviction would lose
+ * (a not-before, a setting, a lock episode or probe: gate_grant.c)? */
+bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
+                        uint64_t now);
 
 /* backoff.c */
+/* The latest not-before of key and its scopes, read without the mutex and
+ * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
 /* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
@@ -551,13 +600,24 @@ void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
+/* The waiters a snapshot counts but does not list (from its counts and
+ * its list: every backend's snapshot ends with it; inline, as the Redis
+ * module sees no symbol of the core). */
+static inline void throttle__info_unlisted(throttle_info_t *out) {
+  int64_t *f = out->field;
+  int64_t all =
+      f[THROTTLE_FIELD_WAITING_LIVE] + f[THROTTLE_FIELD_WAITING_BACKFILL];
+  f[THROTTLE_FIELD_WAITERS_UNLISTED] =
+      all > (int64_t)out->nwaiters ? all - (int64_t)out->nwaiters : 0;
+}
 void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
                               uint64_t now, uint64_t delay_ns);
 void throttle__open_locked(struct throttle__rec *r);
 void throttle__cancel_locked(struct throttle__rec *r);
 void throttle__wake_rec(struct throttle__rec *r);
 void throttle__reap_locked(struct throttle__rec *r, uint64_t now);
-bool throttle__reap_idle_locked(struct throttle__rec *r, uint64_t now);
+bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
+                                uint64_t now);
 
 /* scope.c */
 /* The end of the next scope of key at or after from (a '/' past the first
@@ -578,6 +638,15 @@ enum {
 };
 int throttle__scope_gate_locked(throttle_t *h, const struct throttle__rec *r,
                                 uint64_t now, uint64_t *next);
+/* Does scope s's probe hold the keys beneath now: the rule of the scope
+ * gate, for every waiting call (throttle_wait too), a cold scope's first
+ * request at most THROTTLE__COLD_HOLD_NS (*next: when that hold ends)? */
+bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
+                                        uint64_t *next);
+/* Is ticket the probe of a scope of r's key (granted as its probe)? */
+bool throttle__scope_probe_of_locked(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t ticket);
 /* held was just granted on r: it takes a place in every pool over r (a
  * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
  * the probe of every scope of r in an episode with no probe out. */
@@ -641,17 +710,33 @@ uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */
 void throttle__scope_repair_locked(throttle_t *h);
+/* s's cap was just set: every holder beneath takes the place it lacks. */
+void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s);
 /* r was just inserted: start its learned cap from its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */
 void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
                                   bool cancel);
+/* The same beneath the scope key[0, len), whether or not it has a record
+ * (a command on a scope reaches every key beneath it): how many keys. */
+uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
+                                          size_t len, bool cancel);
 /* Publish outcome's back-off on the scope of key the handle routes it to
- * (nothing when that is the key itself: the caller publishes there). */
-void throttle__scope_publish_locked(throttle_t *h, const char *key,
-                                    size_t len, throttle_outcome_t outcome,
-                                    uint64_t delay_ns, uint64_t now);
+ * (nothing when that is the key itself: the caller publishes there), as
+ * throttle__publish_at_locked() does; 0, or why nothing was stored. */
+int throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                   size_t len, throttle_outcome_t outcome,
+                                   uint64_t delay_ns, uint64_t now);
+/* Publish a back-off on key's prefix of plen bytes (the key itself when
+ * plen is its length).  A scope with no record and no room for one (every
+ * record in use, none evictable) has it stored on the key instead: never
+ * early for the key, and the other keys beneath learn it from their own
+ * answers.  0 when stored, else THROTTLE_EFULL (or what the insert said):
+ * a back-off stored nowhere is never reported as published. */
+int throttle__publish_at_locked(throttle_t *h, const char *key, size_t len,
+                                uint32_t plen, uint64_t delay_ns,
+                                uint64_t now);
 /* After a change that can make a scope hold (see hdr->sgen). */
 static inline void throttle__scope_touch(throttle_t *h) {
   atomic_fetch_add_explicit(&h->hdr->sgen, 1, memory_order_release);

@@ -2,7 +2,9 @@
 /*
  * redis.h — libthrottle-redis.so.1: the contracts across hosts on Redis,
  * loaded by the core through backend.h when THROTTLE_BACKEND names
- * redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:///PATH[?db=N].
+ * redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (HOST a name, an address or
+ * [IPv6]) or unix://[[USER]:PASSWORD@]/PATH[?db=N].  One Redis (a primary,
+ * with replicas if wanted): a Cluster is refused (see Keys).
  *
  * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
  * place that lists them).  Each operation is one Lua script, so a rule
@@ -62,9 +64,13 @@
  *
  * Keys.  All keys of one root scope (the key up to its first '/') share
  * one hash tag, thr1:{ROOT}:..., so one script touches a table and the
- * scopes and pools above it atomically, on Redis Cluster too: a script's
- * KEYS are the key's own five and, root first, each scope's k and b keys
- * (rds_eval computes them; at most 16 scopes deep).
+ * scopes and pools above it atomically: a script's KEYS are the key's own
+ * five and, root first, each scope's k and b keys (rds_eval computes them;
+ * at most 16 scopes deep).  The tag would keep them in one slot of a
+ * Cluster, but a Cluster is refused (rds_check_server at open; MOVED,
+ * ASK, CROSSSLOT or CLUSTERDOWN later): following redirections needs a
+ * slot map from CLUSTER SLOTS, which hiredis 0.14 does not keep, and an
+ * empty root ('{}') is no tag at all there.
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
  * non-printing bytes), so braces in a name cannot move the tag.
  *   thr1:{R}:k:KEY   hash: not-before (Redis ms), episode, probe, settings,
@@ -77,7 +83,9 @@
  *                    what the last refusal beneath it taught (seed_*),
  *                    copied by a key new to it; a hash holding only
  *                    those is no key.
- *   thr1:{R}:w:KEY   waiters in arrival order (zset, score = id)
+ *   thr1:{R}:w:KEY   waiters in arrival order within their class (zset,
+ *                    score = id, + 2^52 for backfill: the oldest of a
+ *                    class is one range lookup, O(log N) per look)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
@@ -89,6 +97,13 @@
  * probe, or its place in a pool) is a holder field of it, h:KEY#FENCE.
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
+ *
+ * Faults (docs/FAILURE-MODEL.md, Across hosts): an error reply is that
+ * call's diagnostic, not an outage; a connection the server closed while
+ * idle is opened again once; every reply's shape is checked; BLPOP
+ * refused means polling every RDS_POLL_MS, said as a standing notice, as
+ * is an eviction policy other than noeviction (read at open); a waiting
+ * call's commands end by its deadline.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one
@@ -119,16 +134,30 @@ struct rds_ticket {
   struct rds_ticket *next; /* in the handle's list of held tickets */
   char fence[32];
   int lapsed; /* the heartbeat found it gone */
+  int cls;
+  uint64_t since_ms; /* monotonic, at the grant */
+  char key[THROTTLE__KEY_MAX + 1];
+};
+
+/* An enter whose caller did not hear the answer (its command failed; it
+ * may run later): what it did is given back by its token (leave.lua),
+ * from the heartbeat thread, until found or until `until`. */
+struct rds_giveback {
+  struct rds_giveback *next;
+  char token[48];
+  uint64_t until; /* monotonic ms */
   char key[THROTTLE__KEY_MAX + 1];
 };
 
 struct rds {
   /* where */
-  char url[512];
-  char host[256];
+  char url[512];   /* as given: never printed (it may hold a password) */
+  char shown[512]; /* the URL with the password masked, for messages */
+  char host[256];  /* a name, or an address (IPv6 without brackets) */
   char path[256]; /* unix socket, or "" */
   int port;
   int db;
+  char user[128];     /* ACL user, or "" (AUTH PASSWORD alone) */
   char password[128];
   /* how */
   uint32_t timeout_ms;  /* connect and command */
@@ -147,30 +176,66 @@ struct rds {
   pid_t pid; /* owner of the pool: a forked child starts afresh */
   char sha[RDS_NSCRIPTS][41];
   uint64_t down_until; /* monotonic ms; the segment serves until then */
+  char down_why[512];  /* what failed then, for the calls until then */
+  int cluster;         /* a Cluster node: refused for good (see below) */
+  /* Standing warnings (backend.h notice), under mu: the eviction policy
+   * read at open, and blocking commands refused (waiters poll until
+   * poll_until, then try BLPOP again). */
+  char warn_policy[768];
+  char warn_block[768];
+  _Atomic unsigned notice_gen;
+  _Atomic uint64_t poll_until; /* monotonic ms */
   /* held admissions, kept alive by the heartbeat thread */
   struct rds_ticket *held;
+  struct rds_giveback *giveback;
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;
   struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 
+#define RDS_POLL_MS 250u /* a waiter's look when BLPOP is refused */
+#define RDS_BLOCK_RETRY_MS 60000u /* then BLPOP is tried again after this */
+
 /* redis_conn.c */
 int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len);
 uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
+/* A new connection, greeted (AUTH, SELECT, PING), or NULL (message set). */
+redisContext *rds_connect(struct rds *r);
+/* At open: a Cluster is refused (THROTTLE_EBACKEND, message in msg), the
+ * eviction policy read; the connection goes to the pool. */
+int rds_check_server(struct rds *r, char *msg, size_t len);
 redisContext *rds_get(struct rds *r);
-/* redisCommandArgv() without SIGPIPE (see redis_conn.c). */
-redisReply *rds_command(redisContext *c, int argc, const char **argv);
+/* The next command on c is its first since it sat idle (the pool, the
+ * heartbeat's own): a connection the server closed meanwhile is opened
+ * again and the command sent once more (redis_conn.c). */
+void rds_idle(redisContext *c);
+/* redisCommandArgv() without SIGPIPE, with the idle retry above. */
+redisReply *rds_command(struct rds *r, redisContext *c, int argc,
+                        const char **argv);
+/* The caller's deadline (monotonic ms, UINT64_MAX none) for the commands
+ * of this thread until the next rds_put(): none waits past it. */
+void rds_deadline(struct rds *r, redisContext *c, uint64_t deadline);
+int rds_past(uint64_t deadline);
 void rds_put(struct rds *r, redisContext *c, int ok);
 void rds_pool_free(struct rds *r);
 void rds_key(char *out, size_t len, const char *kind, const char *key);
+/* NULL: a connection failure (c->err set) or an error reply (c->err 0,
+ * message set; the connection is still good). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
                      const char *key, int argc, const char **argv);
-redisReply *rds_blpop(struct rds *r, redisContext *c, const char *key,
-                      const char *id, uint64_t ms);
+/* 0 woken or timed out, -1 a connection failure. */
+int rds_blpop(struct rds *r, redisContext *c, const char *key, const char *id,
+              uint64_t ms, uint64_t deadline);
+/* A reply of the wrong shape: c is failed with a message (a server that
+ * answers anything must not admit anyone). */
+void rds_bad_reply(redisContext *c, const char *what,
+                   const redisReply *rep);
 int rds_down(struct rds *r, redisContext *c, const char *what);
+/* backend.h notice: the standing warnings, joined. */
+unsigned rds_notice(struct rds *r, char *buf, size_t len);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];

@@ -14,7 +14,9 @@
  */
 #include "redis.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,7 +60,55 @@ static int parse_uint(const char *s, size_t n, unsigned long max,
   return 0;
 }
 
-/* redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:///PATH[?db=N] */
+/* s[0..n) percent-decoded into out (len bytes); -1 if it does not fit or
+ * holds a bad escape. */
+static int pct_decode(const char *s, size_t n, char *out, size_t len) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c == '%') {
+      if (i + 2 >= n)
+        return -1;
+      char hx[3] = {s[i + 1], s[i + 2], 0}, *e;
+      long v = strtol(hx, &e, 16);
+      if (*e != 0 || v == 0)
+        return -1;
+      c = (char)v;
+      i += 2;
+    }
+    if (o + 1 >= len)
+      return -1;
+    out[o++] = c;
+  }
+  out[o] = 0;
+  return 0;
+}
+
+/* [[USER]:PASSWORD@] at p: user and password taken, *pp moved past it.
+ * The URL shown in messages gets "***" for the password. */
+static int parse_userinfo(struct rds *r, const char **pp, const char *lim) {
+  const char *p = *pp;
+  const char *at = NULL;
+  for (const char *q = p; q < lim; q++)
+    if (*q == '@')
+      at = q;
+  if (at == NULL)
+    return 0;
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  if (colon == NULL) /* USER@ alone: no password to give */
+    return -1;
+  if (pct_decode(p, (size_t)(colon - p), r->user, sizeof r->user) != 0 ||
+      pct_decode(colon + 1, (size_t)(at - colon - 1), r->password,
+                 sizeof r->password) != 0 ||
+      r->password[0] == 0)
+    return -1;
+  *pp = at + 1;
+  return 0;
+}
+
+/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (HOST a name, an IPv4
+ * address or a bracketed IPv6 one) or unix://[[USER]:PASSWORD@]/PATH[?db=N]
+ * (as redis-py spells it). */
 int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len) {
   unsigned long v;
   r->port = 6379;
@@ -66,8 +116,16 @@ int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len) {
   if (strlen(url) >= sizeof r->url)
     goto bad;
   snprintf(r->url, sizeof r->url, "%s", url);
+  const char *sep = strstr(url, "://");
+  if (sep == NULL)
+    goto bad;
+  const char *scheme_end = sep + 3;
   if (strncmp(url, "unix://", 7) == 0) {
-    const char *path = url + 7;
+    const char *p = url + 7;
+    const char *slash = strchr(p, '/');
+    if (slash == NULL || parse_userinfo(r, &p, slash) != 0 || p != slash)
+      goto bad;
+    const char *path = p;
     const char *q = strchr(path, '?');
     size_t n = q ? (size_t)(q - path) : strlen(path);
     if (path[0] != '/' || n >= sizeof r->path || n < 2)
@@ -80,29 +138,36 @@ int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len) {
         goto bad;
       r->db = (int)v;
     }
-    return 0;
+    goto shown;
   }
   if (strncmp(url, "redis://", 8) != 0)
     goto bad;
   const char *p = url + 8;
-  const char *at = strchr(p, '@');
-  if (at != NULL) {
-    if (p[0] != ':' || (size_t)(at - p - 1) >= sizeof r->password)
-      goto bad;
-    memcpy(r->password, p + 1, (size_t)(at - p - 1));
-    r->password[at - p - 1] = 0;
-    p = at + 1;
-  }
   const char *slash = strchr(p, '/');
   const char *end = slash ? slash : p + strlen(p);
-  const char *colon = memchr(p, ':', (size_t)(end - p));
-  const char *hend = colon ? colon : end;
-  if (hend == p || (size_t)(hend - p) >= sizeof r->host)
+  if (parse_userinfo(r, &p, end) != 0)
     goto bad;
-  memcpy(r->host, p, (size_t)(hend - p));
-  r->host[hend - p] = 0;
-  if (colon != NULL) {
-    if (parse_uint(colon + 1, (size_t)(end - colon - 1), 65535, &v) != 0 ||
+  const char *hs = p, *hend, *after;
+  if (*p == '[') { /* [IPv6] */
+    hs = p + 1;
+    hend = memchr(hs, ']', (size_t)(end - hs));
+    if (hend == NULL)
+      goto bad;
+    after = hend + 1;
+    if (after != end && *after != ':')
+      goto bad;
+  } else {
+    hend = memchr(p, ':', (size_t)(end - p));
+    if (hend == NULL)
+      hend = end;
+    after = hend;
+  }
+  if (hend == hs || (size_t)(hend - hs) >= sizeof r->host)
+    goto bad;
+  memcpy(r->host, hs, (size_t)(hend - hs));
+  r->host[hend - hs] = 0;
+  if (after != end) {
+    if (parse_uint(after + 1, (size_t)(end - after - 1), 65535, &v) != 0 ||
         v == 0)
       goto bad;
     r->port = (int)v;
@@ -112,12 +177,23 @@ int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len) {
       goto bad;
     r->db = (int)v;
   }
+shown:
+  if (r->password[0] != 0) {
+    const char *at = strrchr(url, '@');
+    snprintf(r->shown, sizeof r->shown, "%.*s%s:***%s",
+             (int)(scheme_end - url), url, r->user, at);
+  } else {
+    snprintf(r->shown, sizeof r->shown, "%s", url);
+  }
   return 0;
-bad:
+bad:;
+  /* what comes before an '@' may be a password: not repeated */
+  const char *at = strrchr(url, '@');
   snprintf(msg, len,
-           "THROTTLE_BACKEND: '%.200s' is not redis://[:PASSWORD@]HOST[:PORT]"
-           "[/DB], unix:///PATH[?db=N] or shm",
-           url);
+           "THROTTLE_BACKEND: '%s%.200s' is not "
+           "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (HOST a name, an IPv4 "
+           "address or [IPv6]), unix://[[USER]:PASSWORD@]/PATH[?db=N] or shm",
+           at != NULL ? "***" : "", at != NULL ? at : url);
   return THROTTLE_EINVAL;
 }
 
@@ -183,27 +259,144 @@ static redisReply *cmd(redisContext *c, int argc, const char **argv) {
   return rep;
 }
 
-redisReply *rds_command(redisContext *c, int argc, const char **argv) {
-  return cmd(c, argc, argv);
+void rds_bad_reply(redisContext *c, const char *what,
+                   const redisReply *rep) {
+  static const char *const types[] = {"?",      "string", "array", "integer",
+                                      "nil",    "status", "error"};
+  int t = rep != NULL ? rep->type : 0;
+  c->err = REDIS_ERR_PROTOCOL;
+  snprintf(c->errstr, sizeof c->errstr,
+           "unexpected reply to %s (%s%s%.40s): not a Redis server, or a "
+           "proxy that changes replies",
+           what, t >= 1 && t <= 6 ? types[t] : "?",
+           rep != NULL && (t == REDIS_REPLY_STATUS || t == REDIS_REPLY_ERROR ||
+                           t == REDIS_REPLY_STRING)
+               ? " "
+               : "",
+           rep != NULL && (t == REDIS_REPLY_STATUS || t == REDIS_REPLY_ERROR ||
+                           t == REDIS_REPLY_STRING)
+               ? rep->str
+               : "");
 }
 
-static int ok_reply(redisContext *c, redisReply *rep, const char *what) {
+/* A reply that must be the status word want: 0, or -1 with the reason in
+ * the message buffer (an error reply named as Redis gave it: NOAUTH,
+ * WRONGPASS, NOPERM...) or in c (a wrong shape). */
+static int status_reply(redisContext *c, redisReply *rep, const char *what,
+                        const char *want) {
   if (rep == NULL) {
     rds_msg("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
     return -1;
   }
-  int bad = rep->type == REDIS_REPLY_ERROR;
-  if (bad)
-    rds_msg("%s: %s", what, rep->str);
+  int rc = 0;
+  if (rep->type == REDIS_REPLY_ERROR) {
+    if (strncmp(rep->str, "NOAUTH", 6) == 0)
+      rds_msg("Redis wants a password (%.100s): give it in the URL, "
+              "redis://[USER]:PASSWORD@HOST or unix://[USER]:PASSWORD@/PATH",
+              rep->str);
+    else
+      rds_msg("%s refused: %.200s", what, rep->str);
+    rc = -1;
+  } else if (rep->type != REDIS_REPLY_STATUS || strcmp(rep->str, want) != 0) {
+    rds_bad_reply(c, what, rep);
+    rds_msg("%s", c->errstr);
+    rc = -1;
+  }
   freeReplyObject(rep);
-  return bad ? -1 : 0;
+  return rc;
 }
 
-static redisContext *connect_one(struct rds *r) {
+/* AUTH ([USER] PASSWORD), SELECT and a PING on a new connection: a Redis
+ * that wants a password says NOAUTH to the PING, and a server that is no
+ * Redis (or a proxy that answers for it) fails the PING's shape. */
+static int greet(struct rds *r, redisContext *c) {
+  char db[16];
+  snprintf(db, sizeof db, "%d", r->db);
+  const char *auth1[] = {"AUTH", r->password};
+  const char *auth2[] = {"AUTH", r->user, r->password};
+  const char *sel[] = {"SELECT", db};
+  const char *ping[] = {"PING"};
+  if (r->password[0] != 0 &&
+      status_reply(c, r->user[0] ? cmd(c, 3, auth2) : cmd(c, 2, auth1),
+                   "AUTH", "OK") != 0)
+    return -1;
+  if (r->db != 0 && status_reply(c, cmd(c, 2, sel), "SELECT", "OK") != 0)
+    return -1;
+  return status_reply(c, cmd(c, 1, ping), "PING", "PONG");
+}
+
+/* The host as an address, resolved within the connect timeout
+ * (getaddrinfo_a): a DNS server that does not answer costs a call no more
+ * than an unreachable Redis does.  A lookup that timed out and cannot be
+ * canceled keeps its request (a few hundred bytes) until it completes. */
+static int resolve(const struct rds *r, char *addr, size_t len) {
+  unsigned char tmp[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, r->host, tmp) == 1 ||
+      inet_pton(AF_INET6, r->host, tmp) == 1) {
+    snprintf(addr, len, "%s", r->host);
+    return 0;
+  }
+  struct gaicb *req = calloc(1, sizeof *req);
+  struct addrinfo *hints = calloc(1, sizeof *hints);
+  char *name = strdup(r->host);
+  if (req == NULL || hints == NULL || name == NULL) {
+    free(req);
+    free(hints);
+    free(name);
+    rds_msg("out of memory");
+    return -1;
+  }
+  hints->ai_family = AF_UNSPEC;
+  hints->ai_socktype = SOCK_STREAM;
+  req->ar_name = name;
+  req->ar_request = hints;
+  struct gaicb *list[1] = {req};
+  if (getaddrinfo_a(GAI_NOWAIT, list, 1, NULL) != 0) {
+    free(req);
+    free(hints);
+    free(name);
+    rds_msg("cannot resolve %s", r->host);
+    return -1;
+  }
+  struct timespec ts = {(time_t)(r->timeout_ms / 1000),
+                        (long)(r->timeout_ms % 1000) * 1000000};
+  const struct gaicb *const *wait = (const struct gaicb *const *)list;
+  int e;
+  while ((e = gai_error(req)) == EAI_INPROGRESS &&
+         gai_suspend(wait, 1, &ts) == EAI_INTR)
+    ; /* a signal: the remaining time is not tracked, nor worth it */
+  if (e == EAI_INPROGRESS && gai_cancel(req) != EAI_CANCELED) {
+    rds_msg("resolving %s: no answer within %u ms", r->host, r->timeout_ms);
+    return -1; /* still running: req, hints and name stay its own */
+  }
+  int rc = -1;
+  if (e == 0 && req->ar_result != NULL) {
+    const struct addrinfo *ai = req->ar_result;
+    const void *a = ai->ai_family == AF_INET6
+                        ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)
+                              ->sin6_addr
+                        : (const void *)&((struct sockaddr_in *)ai->ai_addr)
+                              ->sin_addr;
+    rc = inet_ntop(ai->ai_family, a, addr, (socklen_t)len) != NULL ? 0 : -1;
+  }
+  if (rc != 0)
+    rds_msg("cannot resolve %s: %s", r->host,
+            e == EAI_INPROGRESS ? "no answer in time" : gai_strerror(e));
+  if (req->ar_result != NULL)
+    freeaddrinfo(req->ar_result);
+  free(req);
+  free(hints);
+  free(name);
+  return rc;
+}
+
+redisContext *rds_connect(struct rds *r) {
   struct timeval tv = tv_ms(r->timeout_ms);
-  redisContext *c = r->path[0]
-                        ? redisConnectUnixWithTimeout(r->path, tv)
-                        : redisConnectWithTimeout(r->host, r->port, tv);
+  char addr[sizeof r->host];
+  if (!r->path[0] && resolve(r, addr, sizeof addr) != 0)
+    return NULL;
+  redisContext *c = r->path[0] ? redisConnectUnixWithTimeout(r->path, tv)
+                               : redisConnectWithTimeout(addr, r->port, tv);
   if (c == NULL) {
     rds_msg("connect: out of memory");
     return NULL;
@@ -218,16 +411,141 @@ static redisContext *connect_one(struct rds *r) {
     redisFree(c);
     return NULL;
   }
-  char db[16];
-  snprintf(db, sizeof db, "%d", r->db);
-  const char *auth[] = {"AUTH", r->password};
-  const char *sel[] = {"SELECT", db};
-  if ((r->password[0] && ok_reply(c, cmd(c, 2, auth), "AUTH") != 0) ||
-      (r->db != 0 && ok_reply(c, cmd(c, 2, sel), "SELECT") != 0)) {
+  if (greet(r, c) != 0) {
     redisFree(c);
     return NULL;
   }
   return c;
+}
+
+/* The segment serves for RDS_RETRY_MS; why is said meanwhile. */
+static void mark_down(struct rds *r, const char *why) {
+  pthread_mutex_lock(&r->mu);
+  r->down_until = rds_mono_ms() + RDS_RETRY_MS;
+  snprintf(r->down_why, sizeof r->down_why, "%s", why);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static unsigned bump_notice(struct rds *r) {
+  return atomic_fetch_add(&r->notice_gen, 1) + 1;
+}
+
+int rds_check_server(struct rds *r, char *msg, size_t len) {
+  redisContext *c = rds_connect(r);
+  if (c == NULL) {
+    /* unreachable now: the calls say why, and the segment serves */
+    char why[512];
+    snprintf(why, sizeof why, "%.400s", msgbuf);
+    mark_down(r, why);
+    return 0;
+  }
+  /* A Cluster node: every key of a table, its scopes and pools must be in
+   * one script, and a slot map is not kept (see redis.h): refused. */
+  const char *info[] = {"INFO", "cluster"};
+  redisReply *rep = cmd(c, 2, info);
+  int cluster = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+                strstr(rep->str, "cluster_enabled:1") != NULL;
+  if (rep != NULL)
+    freeReplyObject(rep);
+  if (cluster) {
+    redisFree(c);
+    snprintf(msg, len,
+             "%s: a Redis Cluster node: the Redis backend needs a single "
+             "Redis (a primary, with replicas if wanted); Cluster is not "
+             "supported",
+             r->shown);
+    return THROTTLE_EBACKEND;
+  }
+  /* An evicting policy may drop a back-off or a held slot without a
+   * word: said once, for as long as the handle lives. */
+  const char *pol[] = {"CONFIG", "GET", "maxmemory-policy"};
+  rep = cmd(c, 3, pol);
+  char warn[sizeof r->warn_policy] = "";
+  if (rep == NULL) {
+    redisFree(c);
+    return 0;
+  }
+  if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+      rep->element[1]->type == REDIS_REPLY_STRING) {
+    if (strcmp(rep->element[1]->str, "noeviction") != 0)
+      snprintf(warn, sizeof warn,
+               "%.300s: maxmemory-policy is %.40s: under memory pressure Redis "
+               "may evict back-offs and held slots without a word; set "
+               "noeviction",
+               r->shown, rep->element[1]->str);
+  } else {
+    snprintf(warn, sizeof warn,
+             "%.300s: cannot read maxmemory-policy (%.80s): unless it is "
+             "noeviction, Redis may evict back-offs and held slots",
+             r->shown,
+             rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+  }
+  freeReplyObject(rep);
+  pthread_mutex_lock(&r->mu);
+  snprintf(r->warn_policy, sizeof r->warn_policy, "%s", warn);
+  pthread_mutex_unlock(&r->mu);
+  if (warn[0])
+    bump_notice(r);
+  rds_put(r, c, 1);
+  return 0;
+}
+
+/* The connection the next command of this thread sends on first since it
+ * sat idle (see rds_idle), and whether this thread's commands have a
+ * shorter timeout than the handle's (a caller's deadline is near). */
+static __thread redisContext *tl_idle;
+static __thread redisContext *tl_short;
+static __thread uint64_t tl_deadline;
+
+void rds_idle(redisContext *c) { tl_idle = c; }
+
+/* The server (or a proxy, a load balancer) closed the connection: it
+ * timed out idle, or was killed.  Not a timeout: a command that timed
+ * out may still run, one closed before it was read never does. */
+static int closed(const redisContext *c) {
+  return c->err == REDIS_ERR_EOF ||
+         (c->err == REDIS_ERR_IO &&
+          (strstr(c->errstr, "reset") != NULL ||
+           strstr(c->errstr, "Broken pipe") != NULL));
+}
+
+redisReply *rds_command(struct rds *r, redisContext *c, int argc,
+                        const char **argv) {
+  int idle = tl_idle == c;
+  tl_idle = NULL;
+  if (tl_short == c && tl_deadline != UINT64_MAX) {
+    uint64_t now = rds_mono_ms();
+    uint64_t left = tl_deadline > now ? tl_deadline - now : 0;
+    if (left < RDS_MIN_SLEEP_MS)
+      left = RDS_MIN_SLEEP_MS;
+    if (left < r->timeout_ms)
+      redisSetTimeout(c, tv_ms(left));
+  }
+  redisReply *rep = cmd(c, argc, argv);
+  if (rep == NULL && idle && closed(c)) {
+    /* Once: the connection was closed while it sat unused, so the
+     * command never ran; a failed reconnect is an outage as any other. */
+    if (redisReconnect(c) == REDIS_OK &&
+        redisSetTimeout(c, tv_ms(r->timeout_ms)) == REDIS_OK &&
+        greet(r, c) == 0)
+      rep = cmd(c, argc, argv);
+    else if (c->err == 0) {
+      c->err = REDIS_ERR_OTHER;
+      snprintf(c->errstr, sizeof c->errstr, "reconnecting: %.100s",
+               msgbuf);
+    }
+  }
+  return rep;
+}
+
+void rds_deadline(struct rds *r, redisContext *c, uint64_t deadline) {
+  (void)r;
+  tl_short = c;
+  tl_deadline = deadline;
+}
+
+int rds_past(uint64_t deadline) {
+  return deadline != UINT64_MAX && rds_mono_ms() + 2 >= deadline;
 }
 
 /* A connection, or NULL (message set) while Redis is down. */
@@ -241,23 +559,31 @@ redisContext *rds_get(struct rds *r) {
     r->npool = 0;
     r->pid = getpid();
   }
-  if (rds_mono_ms() < r->down_until) {
+  if (r->cluster) {
     pthread_mutex_unlock(&r->mu);
-    rds_msg("%s: unreachable; this host's segment serves until it is back",
-            r->url);
+    rds_msg("%s: a Redis Cluster (it redirected a key to another node), "
+            "which the Redis backend does not support; this host's segment "
+            "serves",
+            r->shown);
+    return NULL;
+  }
+  if (rds_mono_ms() < r->down_until) {
+    rds_msg("%s: %s; this host's segment serves until it is back", r->shown,
+            r->down_why[0] ? r->down_why : "unreachable");
+    pthread_mutex_unlock(&r->mu);
     return NULL;
   }
   if (r->npool > 0)
     c = r->pool[--r->npool];
   pthread_mutex_unlock(&r->mu);
-  if (c == NULL && (c = connect_one(r)) == NULL) {
+  if (c != NULL)
+    rds_idle(c);
+  if (c == NULL && (c = rds_connect(r)) == NULL) {
     char why[512];
     snprintf(why, sizeof why, "%.400s", msgbuf);
-    rds_msg("%s: %s; this host's segment serves until it is back", r->url,
+    rds_msg("%s: %s; this host's segment serves until it is back", r->shown,
             why);
-    pthread_mutex_lock(&r->mu);
-    r->down_until = rds_mono_ms() + RDS_RETRY_MS;
-    pthread_mutex_unlock(&r->mu);
+    mark_down(r, why);
   }
   return c;
 }
@@ -266,6 +592,13 @@ redisContext *rds_get(struct rds *r) {
 void rds_put(struct rds *r, redisContext *c, int ok) {
   if (c == NULL)
     return;
+  if (tl_short == c) {
+    tl_short = NULL;
+    if (ok && c->err == 0 && redisSetTimeout(c, tv_ms(r->timeout_ms)) != 0)
+      ok = 0;
+  }
+  if (tl_idle == c)
+    tl_idle = NULL;
   if (ok && c->err == 0) {
     pthread_mutex_lock(&r->mu);
     if (r->pid == getpid() && r->npool < RDS_POOL_MAX) {
@@ -284,21 +617,30 @@ void rds_pool_free(struct rds *r) {
   r->npool = 0;
 }
 
-/* A failed call: drop c, mark Redis down for a while, say why once. */
+/* A failed call.  A connection failure drops c and marks Redis down for a
+ * while; an error reply (a script error: c is still good) is this call's
+ * diagnostic only, and the caller's other keys keep going to Redis. */
 int rds_down(struct rds *r, redisContext *c, const char *what) {
-  char why[256];
+  char why[512];
+  if (c != NULL && c->err == 0) {
+    snprintf(why, sizeof why, "%.400s", msgbuf);
+    rds_put(r, c, 1);
+    rds_msg("%s: %s: %s; this host's segment serves this call", r->shown,
+            what, why);
+    return THROTTLE__BE_DOWN;
+  }
   if (c != NULL && c->err == REDIS_ERR_IO &&
       (errno == EAGAIN || strstr(c->errstr, "temporarily unavailable")))
     snprintf(why, sizeof why, "no answer within %u ms", r->timeout_ms);
   else
-    snprintf(why, sizeof why, "%.200s",
+    snprintf(why, sizeof why, "%.400s",
              c != NULL && c->err ? c->errstr : msgbuf);
   rds_put(r, c, 0);
-  pthread_mutex_lock(&r->mu);
-  r->down_until = rds_mono_ms() + RDS_RETRY_MS;
-  pthread_mutex_unlock(&r->mu);
-  rds_msg("%s: %s: %s; this host's segment serves until it is back", r->url,
-          what, why);
+  char full[600];
+  snprintf(full, sizeof full, "%s: %s", what, why);
+  mark_down(r, full);
+  rds_msg("%s: %s; this host's segment serves until it is back", r->shown,
+          full);
   return THROTTLE__BE_DOWN;
 }
 
@@ -306,7 +648,8 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 
 #define NKEYS 5
 #define NCOMMON 4
-#define NSCOPES_MAX 16 /* scopes passed to a script; deeper ones are ignored */
+/* scopes passed to a script: all of them (deeper keys are refused) */
+#define NSCOPES_MAX THROTTLE_KEY_MAX_SCOPES
 #define KEYNAME_MAX (THROTTLE__KEY_MAX * 6 + 64)
 
 /* One script call: EVALSHA, and EVAL when the server does not know the
@@ -373,15 +716,15 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
   av[n++] = key;
   for (int i = 0; i < argc; i++)
     av[n++] = argv[i];
-  redisReply *rep = r->sha[s][0] ? cmd(c, n, av) : NULL;
-  if (r->sha[s][0] && rep == NULL)
+  redisReply *rep = NULL;
+  if (r->sha[s][0] && (rep = rds_command(r, c, n, av)) == NULL)
     return NULL;
   if (rep == NULL || (rep->type == REDIS_REPLY_ERROR &&
                       strncmp(rep->str, "NOSCRIPT", 8) == 0)) {
     if (rep != NULL)
       freeReplyObject(rep);
     const char *load[] = {"SCRIPT", "LOAD", rds_scripts[s]};
-    redisReply *l = cmd(c, 3, load);
+    redisReply *l = rds_command(r, c, 3, load);
     if (l == NULL)
       return NULL;
     if (l->type == REDIS_REPLY_STRING && l->len == 40) {
@@ -392,12 +735,23 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
     freeReplyObject(l);
     av[0] = "EVAL";
     av[1] = rds_scripts[s];
-    rep = cmd(c, n, av);
+    rep = rds_command(r, c, n, av);
     if (rep == NULL)
       return NULL;
   }
   if (rep->type == REDIS_REPLY_ERROR) {
-    rds_msg("script error: %s", rep->str);
+    /* A Cluster redirects (MOVED, ASK) or refuses (CROSSSLOT,
+     * CLUSTERDOWN) where rds_check_server could not tell one at open (its
+     * INFO refused): from now on the segment serves. */
+    static const char *const cl[] = {"MOVED ", "ASK ", "CROSSSLOT",
+                                     "CLUSTERDOWN"};
+    for (size_t i = 0; i < sizeof cl / sizeof *cl; i++)
+      if (strncmp(rep->str, cl[i], strlen(cl[i])) == 0) {
+        pthread_mutex_lock(&r->mu);
+        r->cluster = 1;
+        pthread_mutex_unlock(&r->mu);
+      }
+    rds_msg("%s: script error: %.300s", key, rep->str);
     freeReplyObject(rep);
     return NULL;
   }
@@ -405,21 +759,67 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
 }
 
 /* Block on one waiter's list for at most ms (at least RDS_MIN_SLEEP_MS);
- * the command timeout is stretched past the BLPOP's own for this call. */
-redisReply *rds_blpop(struct rds *r, redisContext *c, const char *key,
-                      const char *id, uint64_t ms) {
+ * the command timeout is stretched past the BLPOP's own for this call, up
+ * to the caller's deadline.  Where blocking commands are refused (an ACL
+ * without @blocking, a proxy), an error reply is no wake-up: the waiter
+ * sleeps here instead, at most RDS_POLL_MS a look, and the refusal
+ * becomes the handle's standing notice; BLPOP is tried again after
+ * RDS_BLOCK_RETRY_MS. */
+int rds_blpop(struct rds *r, redisContext *c, const char *key, const char *id,
+              uint64_t ms, uint64_t deadline) {
+  if (ms < RDS_MIN_SLEEP_MS)
+    ms = RDS_MIN_SLEEP_MS;
+  uint64_t now = rds_mono_ms();
+  if (now < atomic_load(&r->poll_until)) {
+    uint64_t nap = ms < RDS_POLL_MS ? ms : RDS_POLL_MS;
+    struct timespec ts = {(time_t)(nap / 1000), (long)(nap % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+    return 0;
+  }
   char q[THROTTLE__KEY_MAX * 6 + 96], secs[32];
   rds_key(q, sizeof q, "q", key);
   size_t n = strlen(q);
   snprintf(q + n, sizeof q - n, "%s", id);
-  if (ms < RDS_MIN_SLEEP_MS)
-    ms = RDS_MIN_SLEEP_MS;
   snprintf(secs, sizeof secs, "%llu.%03llu", (unsigned long long)(ms / 1000),
            (unsigned long long)(ms % 1000));
-  redisSetTimeout(c, tv_ms(ms + r->timeout_ms));
+  uint64_t slack = r->timeout_ms;
+  if (deadline != UINT64_MAX && now + ms + slack > deadline + 5)
+    slack = deadline + 5 > now + ms ? deadline + 5 - now - ms : 5;
+  redisSetTimeout(c, tv_ms(ms + slack));
   const char *av[] = {"BLPOP", q, secs};
   redisReply *rep = cmd(c, 3, av);
-  if (rep != NULL)
-    redisSetTimeout(c, tv_ms(r->timeout_ms));
-  return rep;
+  if (rep == NULL)
+    return -1;
+  redisSetTimeout(c, tv_ms(r->timeout_ms));
+  int refused = rep->type == REDIS_REPLY_ERROR;
+  if (refused) {
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->warn_block, sizeof r->warn_block,
+             "%.300s: BLPOP refused (%.100s): waiters poll every %u ms instead "
+             "of blocking; allow blocking commands (+@blocking) to this user",
+             r->shown, rep->str, RDS_POLL_MS);
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->poll_until, now + RDS_BLOCK_RETRY_MS);
+    bump_notice(r);
+  } else if (rep->type != REDIS_REPLY_NIL && rep->type != REDIS_REPLY_ARRAY) {
+    rds_bad_reply(c, "BLPOP", rep);
+    freeReplyObject(rep);
+    return -1;
+  }
+  freeReplyObject(rep);
+  if (refused)
+    return rds_blpop(r, c, key, id, ms, deadline);
+  return 0;
+}
+
+unsigned rds_notice(struct rds *r, char *buf, size_t len) {
+  unsigned gen = atomic_load(&r->notice_gen);
+  if (buf == NULL || len == 0)
+    return gen;
+  pthread_mutex_lock(&r->mu);
+  const char *a = r->warn_policy, *b = r->warn_block;
+  snprintf(buf, len, "%s%s%s", a, a[0] && b[0] ? "; " : "", b);
+  pthread_mutex_unlock(&r->mu);
+  return gen;
 }

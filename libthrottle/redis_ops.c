@@ -19,30 +19,18 @@
  * (a loader blocked in a long request makes no calls).
  */
 #include "redis.h"
+#include "env.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The module links nothing of the core (a static throttlectl exports no
- * symbols to it), hence its own copy of the core's env_number(). */
-static uint64_t env_ms(const char *var, uint64_t def, uint64_t lo,
-                       uint64_t hi) {
-  const char *v = getenv(var);
-  if (v == NULL || *v == 0)
-    return def;
-  char *end;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (errno != 0 || *end != 0 || v[0] == '-' || n < lo || n > hi)
-    return def;
-  return n;
-}
 
 /* fork().  A thread of the parent may hold a handle's mutex when another
  * forks (a pool call, the heartbeat); the child's copy would stay locked
@@ -89,6 +77,8 @@ static void reg_remove(struct rds *r) {
   pthread_mutex_unlock(&reg_mu);
 }
 
+static void rds_close(void *be);
+
 static int rds_open(const struct throttle__be_params *p, void **out,
                     char *msg, size_t len) {
   if (p->info_size != sizeof(throttle_info_t)) {
@@ -105,12 +95,15 @@ static int rds_open(const struct throttle__be_params *p, void **out,
     free(r);
     return rc;
   }
-  r->timeout_ms = (uint32_t)env_ms("THROTTLE_REDIS_TIMEOUT_MS",
-                                   RDS_DEFAULT_TIMEOUT_MS, 1, 60000);
-  r->liveness_ms = (uint32_t)env_ms("THROTTLE_LIVENESS_MS",
-                                    RDS_DEFAULT_LIVENESS_MS, 100, 3600000);
-  r->ttl_ms = env_ms("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
-                     UINT64_C(86400000) * 366);
+  char warn[256] = "";
+  r->timeout_ms = (uint32_t)throttle__env_number("THROTTLE_REDIS_TIMEOUT_MS",
+                                   RDS_DEFAULT_TIMEOUT_MS, 1, 60000, warn,
+                                   sizeof warn);
+  r->liveness_ms = (uint32_t)throttle__env_number("THROTTLE_LIVENESS_MS",
+                                    RDS_DEFAULT_LIVENESS_MS, 100, 3600000,
+                                    warn, sizeof warn);
+  r->ttl_ms = throttle__env_number("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
+                     UINT64_C(86400000) * 366, warn, sizeof warn);
   r->max_delay_ms = p->max_delay_ms;
   r->lease_ms = p->lease_ms;
   r->intr = p->intr;
@@ -129,7 +122,13 @@ static int rds_open(const struct throttle__be_params *p, void **out,
   pthread_condattr_destroy(&ca);
   r->pid = getpid();
   reg_add(r);
+  rc = rds_check_server(r, msg, len);
+  if (rc != 0) {
+    rds_close(r);
+    return rc;
+  }
   *out = r;
+  snprintf(msg, len, "%s", warn);
   return 0;
 }
 
@@ -154,6 +153,11 @@ static void rds_close(void *be) {
     r->held = t->next;
     free(t);
   }
+  while (r->giveback != NULL) {
+    struct rds_giveback *g = r->giveback;
+    r->giveback = g->next;
+    free(g);
+  }
   pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
@@ -164,7 +168,115 @@ static const char *rds_errmsg(void *be) {
   return rds_lastmsg();
 }
 
+static unsigned notice(void *be, char *buf, size_t len) {
+  return rds_notice(be, buf, len);
+}
+
 /* ---- the heartbeat --------------------------------------------------- */
+
+/* One round: every held admission, however many (copied under the
+ * mutex, refreshed without it).  *c is the thread's own connection, kept
+ * across rounds (so the first command of a round is sent on a connection
+ * that sat idle, and is retried once if the server closed it). */
+/* The give-backs (struct rds_giveback), under r->mu, which is dropped
+ * around each call. */
+static void give_back_round(struct rds *r, redisContext **c) {
+  char pid[16];
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  for (struct rds_giveback **pp = &r->giveback; *pp != NULL;) {
+    struct rds_giveback g = **pp;
+    pthread_mutex_unlock(&r->mu);
+    int done = rds_mono_ms() > g.until;
+    if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
+      char len[16];
+      snprintf(len, sizeof len, "%zu", strlen(g.key));
+      const char *av[] = {"-", "6", "0", pid, "", len, g.token};
+      redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 7, av);
+      if (rep != NULL) {
+        done = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+               rep->element[0]->type == REDIS_REPLY_INTEGER &&
+               rep->element[0]->integer != 1;
+        freeReplyObject(rep);
+      } else if ((*c)->err != 0) {
+        redisFree(*c);
+        *c = NULL;
+      }
+    }
+    pthread_mutex_lock(&r->mu);
+    /* the list only grows at its head meanwhile: find the entry again */
+    while (*pp != NULL && strcmp((*pp)->token, g.token) != 0)
+      pp = &(*pp)->next;
+    if (*pp == NULL)
+      break;
+    if (done) {
+      struct rds_giveback *x = *pp;
+      *pp = x->next;
+      free(x);
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+}
+
+static void beat_round(struct rds *r, redisContext **c) {
+  if (r->giveback != NULL)
+    give_back_round(r, c);
+  size_t n = 0;
+  for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
+    n++;
+  struct beat_one {
+    char fence[32];
+    char key[THROTTLE__KEY_MAX + 1];
+    char cls[4], held[24];
+    int gone;
+  } *v = n ? calloc(n, sizeof *v) : NULL;
+  if (v == NULL)
+    return; /* nothing held, or no memory: the next round tries */
+  size_t i = 0;
+  uint64_t now = rds_mono_ms();
+  for (struct rds_ticket *t = r->held; t != NULL; t = t->next) {
+    if (t->lapsed)
+      continue; /* taken back: nothing to keep alive */
+    memcpy(v[i].fence, t->fence, sizeof v[i].fence);
+    memcpy(v[i].key, t->key, sizeof v[i].key);
+    snprintf(v[i].cls, sizeof v[i].cls, "%d", t->cls);
+    snprintf(v[i].held, sizeof v[i].held, "%llu",
+             (unsigned long long)(now - t->since_ms));
+    i++;
+  }
+  n = i;
+  pthread_mutex_unlock(&r->mu);
+  if (*c != NULL)
+    rds_idle(*c);
+  char lease[16], live[16], pid[16];
+  snprintf(lease, sizeof lease, "%u", r->lease_ms);
+  snprintf(live, sizeof live, "%u", r->liveness_ms);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  for (i = 0; i < n; i++) {
+    if (*c == NULL && (*c = rds_connect(r)) == NULL)
+      break; /* Redis down: try again at the next beat */
+    const char *av[] = {v[i].fence, v[i].cls, lease, live,
+                        r->me,      pid,      v[i].held};
+    redisReply *rep = rds_eval(r, *c, RDS_BEAT, v[i].key, 7, av);
+    if (rep == NULL) {
+      if ((*c)->err != 0) {
+        redisFree(*c);
+        *c = NULL;
+      }
+      continue;
+    }
+    if (rep->type == REDIS_REPLY_INTEGER)
+      v[i].gone = rep->integer == 0;
+    freeReplyObject(rep);
+  }
+  pthread_mutex_lock(&r->mu);
+  for (i = 0; i < n; i++)
+    if (v[i].gone)
+      for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
+        if (strcmp(t->fence, v[i].fence) == 0)
+          t->lapsed = 1;
+  free(v);
+}
 
 static void *beat_main(void *arg) {
   struct rds *r = arg;
@@ -179,56 +291,7 @@ static void *beat_main(void *arg) {
     pthread_cond_timedwait(&r->beat_cv, &r->mu, &ts);
     if (r->stopping)
       break;
-    /* Copy the fences, then talk to Redis without the mutex. */
-    char fence[64][32], key[64][THROTTLE__KEY_MAX + 1];
-    int n = 0;
-    for (struct rds_ticket *t = r->held; t != NULL && n < 64; t = t->next) {
-      memcpy(fence[n], t->fence, sizeof fence[n]);
-      memcpy(key[n], t->key, sizeof key[n]);
-      n++;
-    }
-    pthread_mutex_unlock(&r->mu);
-    int gone[64] = {0};
-    for (int i = 0; i < n; i++) {
-      if (c == NULL) {
-        struct timeval tv = {(time_t)(r->timeout_ms / 1000),
-                             (suseconds_t)(r->timeout_ms % 1000) * 1000};
-        c = r->path[0] ? redisConnectUnixWithTimeout(r->path, tv)
-                       : redisConnectWithTimeout(r->host, r->port, tv);
-        if (c != NULL && (c->err || redisSetTimeout(c, tv) != REDIS_OK)) {
-          redisFree(c);
-          c = NULL;
-        }
-        char db[16];
-        snprintf(db, sizeof db, "%d", r->db);
-        const char *auth[] = {"AUTH", r->password};
-        const char *sel[] = {"SELECT", db};
-        redisReply *x;
-        if (c != NULL && r->password[0] &&
-            (x = rds_command(c, 2, auth)) != NULL)
-          freeReplyObject(x);
-        if (c != NULL && r->db != 0 &&
-            (x = rds_command(c, 2, sel)) != NULL)
-          freeReplyObject(x);
-        if (c == NULL)
-          break; /* Redis down: try again at the next beat */
-      }
-      const char *av[] = {fence[i]};
-      redisReply *rep = rds_eval(r, c, RDS_BEAT, key[i], 1, av);
-      if (rep == NULL) {
-        redisFree(c);
-        c = NULL;
-        continue;
-      }
-      gone[i] = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
-      freeReplyObject(rep);
-    }
-    pthread_mutex_lock(&r->mu);
-    for (int i = 0; i < n; i++)
-      if (gone[i])
-        for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
-          if (strcmp(t->fence, fence[i]) == 0)
-            t->lapsed = 1;
+    beat_round(r, &c);
   }
   pthread_mutex_unlock(&r->mu);
   if (c != NULL)
@@ -236,13 +299,35 @@ static void *beat_main(void *arg) {
   return NULL;
 }
 
+static void start_beat_locked(struct rds *r) {
+  if (!r->beat_running && !r->stopping &&
+      pthread_create(&r->beat, NULL, beat_main, r) == 0)
+    r->beat_running = 1;
+}
+
 static void hold(struct rds *r, struct rds_ticket *t) {
   pthread_mutex_lock(&r->mu);
   t->next = r->held;
   r->held = t;
-  if (!r->beat_running && !r->stopping &&
-      pthread_create(&r->beat, NULL, beat_main, r) == 0)
-    r->beat_running = 1;
+  start_beat_locked(r);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* The enter with this token may have queued or been admitted without its
+ * caller hearing it: given back from the heartbeat thread, for as long as
+ * a waiter or holder record of it could live (liveness: nobody refreshes
+ * it). */
+static void give_back(struct rds *r, const char *key, const char *token) {
+  struct rds_giveback *g = calloc(1, sizeof *g);
+  if (g == NULL)
+    return; /* then liveness reclaims it, as before */
+  snprintf(g->token, sizeof g->token, "%s", token);
+  snprintf(g->key, sizeof g->key, "%s", key);
+  g->until = rds_mono_ms() + r->liveness_ms;
+  pthread_mutex_lock(&r->mu);
+  g->next = r->giveback;
+  r->giveback = g;
+  start_beat_locked(r);
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -280,14 +365,45 @@ static void elem_str(const redisReply *rep, size_t i, char *out,
     snprintf(out, len, "%lld", rep->element[i]->integer);
 }
 
+/* A script's reply, checked for the shape the script returns (a server
+ * that answers anything must not admit anyone): want 0 an integer, n > 0
+ * an array of at least n elements whose first is an integer, INFO_SHAPE
+ * the info script's (the integer -1, or an array of at least the fields).
+ * NULL on any failure; a wrong shape fails c (rds_bad_reply). */
+#define INFO_SHAPE (-1)
+static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
+                           const char *key, int argc, const char **argv,
+                           int want) {
+  static const char *const names[RDS_NSCRIPTS] = {"enter", "leave", "peek",
+                                                  "set",   "info",  "beat"};
+  redisReply *rep = rds_eval(r, c, s, key, argc, argv);
+  if (rep == NULL)
+    return NULL;
+  int ok;
+  if (want == 0)
+    ok = rep->type == REDIS_REPLY_INTEGER;
+  else if (want == INFO_SHAPE)
+    ok = rep->type == REDIS_REPLY_INTEGER ||
+         (rep->type == REDIS_REPLY_ARRAY &&
+          rep->elements > (size_t)THROTTLE_FIELD_CAP_LEARNED_AGO_MS);
+  else
+    ok = rep->type == REDIS_REPLY_ARRAY && rep->elements >= (size_t)want &&
+         rep->element[0]->type == REDIS_REPLY_INTEGER;
+  if (ok)
+    return rep;
+  rds_bad_reply(c, names[s], rep);
+  freeReplyObject(rep);
+  return NULL;
+}
+
 /* One script call on a pooled connection.  *rep is the reply, or the call
  * returns THROTTLE__BE_DOWN. */
 static int call(struct rds *r, enum rds_script s, const char *key, int argc,
-                const char **argv, redisReply **rep) {
+                const char **argv, int want, redisReply **rep) {
   redisContext *c = rds_get(r);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
-  *rep = rds_eval(r, c, s, key, argc, argv);
+  *rep = eval_as(r, c, s, key, argc, argv, want);
   if (*rep == NULL)
     return rds_down(r, c, "script call");
   rds_put(r, c, 1);
@@ -295,18 +411,26 @@ static int call(struct rds *r, enum rds_script s, const char *key, int argc,
 }
 
 static int rds_backoff(void *be, const char *key, uint64_t delay_ms,
-                       int heal) {
+                       int64_t heal_age_ms) {
   struct rds *r = be;
-  char ms[24], pid[16];
+  char ms[24], pid[16], len[24], age[24];
   /* The leave script with fence 0 (no admission) and 'pub' (or 'heal'):
    * it publishes and frees nothing. */
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)delay_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  const char *av[] = {"0", "1", ms, pid, heal ? "heal" : "pub"};
+  snprintf(len, sizeof len, "%zu", strlen(key));
+  snprintf(age, sizeof age, "%lld", (long long)heal_age_ms);
+  const char *av[] = {"0", "1", ms, pid, heal_age_ms >= 0 ? "heal" : "pub",
+                      len, age};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, key, 5, av, &rep);
-  if (rc == 0)
+  int rc = call(r, RDS_LEAVE, key, 7, av, 1, &rep);
+  if (rc == 0) {
+    if (heal_age_ms >= 0 && elem_int(rep, 0) == 3) {
+      rds_msg("%s: cleared since this host was told", key);
+      rc = THROTTLE_ESTALE;
+    }
     freeReplyObject(rep);
+  }
   return rc;
 }
 
@@ -316,7 +440,7 @@ static int peek(struct rds *r, redisContext *c, const char *key,
   char live[16];
   snprintf(live, sizeof live, "%u", r->liveness_ms);
   const char *av[] = {wid, live};
-  redisReply *rep = rds_eval(r, c, RDS_PEEK, key, 2, av);
+  redisReply *rep = eval_as(r, c, RDS_PEEK, key, 2, av, 3);
   if (rep == NULL)
     return -1;
   int64_t l = elem_int(rep, 0);
@@ -360,6 +484,20 @@ static uint64_t jitter_ms(uint64_t max) {
   return (uint64_t)rand_r(&seed) % (max + 1);
 }
 
+/* A command of a waiting call failed: past the caller's deadline that is
+ * its timeout (the connection dropped, Redis not marked down: a slow
+ * answer is not an outage), else rds_down(). */
+static int failed(struct rds *r, redisContext *c, const char *what,
+                  const char *key, uint64_t deadline, uint64_t timeout_ms) {
+  if (c->err != 0 && rds_past(deadline)) {
+    rds_put(r, c, 0);
+    rds_msg("%s: not answered by Redis within the %llu ms timeout", key,
+            (unsigned long long)timeout_ms);
+    return THROTTLE_ETIMEDOUT;
+  }
+  return rds_down(r, c, what);
+}
+
 static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   struct rds *r = be;
   uint64_t start = rds_mono_ms();
@@ -371,12 +509,13 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   redisContext *c = rds_get(r);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
+  rds_deadline(r, c, deadline);
   for (;;) {
     uint64_t left;
     int held;
     char nid[32];
     if (peek(r, c, key, id, &left, &held, nid, sizeof nid) != 0)
-      return rds_down(r, c, "wait");
+      return failed(r, c, "wait", key, deadline, timeout_ms);
     snprintf(id, sizeof id, "%s", nid);
     if (left == 0 && held == 0)
       break;
@@ -404,17 +543,15 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       rds_msg("%s: interrupted by the caller", key);
       return THROTTLE_EINTR;
     }
-    redisReply *rep = rds_blpop(r, c, key, id, sleep);
-    if (rep == NULL)
-      return rds_down(r, c, "wait");
-    freeReplyObject(rep);
+    if (rds_blpop(r, c, key, id, sleep, deadline) != 0)
+      return failed(r, c, "wait", key, deadline, timeout_ms);
   }
   if (slept) {
     char ms[24];
     snprintf(ms, sizeof ms, "%llu",
              (unsigned long long)(rds_mono_ms() - start));
     const char *av[] = {"wait", ms, "0"};
-    redisReply *rep = rds_eval(r, c, RDS_SET, key, 3, av);
+    redisReply *rep = eval_as(r, c, RDS_SET, key, 3, av, 0);
     if (rep != NULL)
       freeReplyObject(rep);
     else {
@@ -441,9 +578,20 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   snprintf(lease, sizeof lease, "%u", r->lease_ms);
   snprintf(live, sizeof live, "%u", r->liveness_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
+  /* This call's token: 64 random bits, and a counter of this process's
+   * calls (never the same twice here; across hosts a clash is 2^-64). */
+  static _Atomic unsigned calls;
+  uint64_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+    rnd = ((uint64_t)getpid() << 32) ^ start ^ (uintptr_t)&rnd;
+  char token[48];
+  snprintf(token, sizeof token, "%016llx.%x", (unsigned long long)rnd,
+           atomic_fetch_add(&calls, 1));
   redisContext *c = rds_get(r);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
+  if (!nowait) /* a look that does not wait gets the command timeout */
+    rds_deadline(r, c, deadline);
   for (;;) {
     uint64_t now = rds_mono_ms();
     if (deadline == UINT64_MAX)
@@ -451,12 +599,22 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
-    const char *av[] = {id,    scls, lease, live, r->me,
-                        pid,   nowait ? "1" : "0", left, c429, c503};
-    redisReply *rep = rds_eval(r, c, RDS_ENTER, key, 10, av);
-    if (rep == NULL)
-      return rds_down(r, c, "enter");
+    const char *av[] = {id,  scls,  lease, live,
+                        r->me, pid, nowait ? "1" : "0", left, c429, c503,
+                        token};
+    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 11, av, 4);
+    if (rep == NULL) {
+      give_back(r, key, token);
+      return failed(r, c, "enter", key, nowait ? UINT64_MAX : deadline,
+                    timeout_ms);
+    }
     int64_t st = elem_int(rep, 0);
+    if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
+      rds_bad_reply(c, "enter", rep);
+      freeReplyObject(rep);
+      give_back(r, key, token);
+      return rds_down(r, c, "enter");
+    }
     elem_str(rep, 1, id, sizeof id);
     int is_probe = (int)elem_int(rep, 2);
     int64_t hint = elem_int(rep, 3);
@@ -468,13 +626,15 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
         /* Give the slot straight back rather than hold it to its lapse. */
         const char *lv[] = {id, "6", "0", pid};
         redisReply *x;
-        if (call(r, RDS_LEAVE, key, 4, lv, &x) == 0)
+        if (call(r, RDS_LEAVE, key, 4, lv, 1, &x) == 0)
           freeReplyObject(x);
         rds_msg("out of memory");
         return THROTTLE_ENOMEM;
       }
       snprintf(t->fence, sizeof t->fence, "%s", id);
       snprintf(t->key, sizeof t->key, "%s", key);
+      t->cls = cls;
+      t->since_ms = rds_mono_ms();
       hold(r, t);
       *tk = t;
       *probe = is_probe;
@@ -511,27 +671,31 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (sleep_slice(r, &sleep)) {
       /* Give the queue place back at once (a nowait look removes it; if
        * the slot came meanwhile, hand it back). */
-      const char *qv[] = {id,  scls, lease, live, r->me,
-                          pid, "1",  "0",   c429, c503};
-      rep = rds_eval(r, c, RDS_ENTER, key, 10, qv);
-      if (rep == NULL)
+      const char *qv[] = {id,  scls, lease, live, r->me, pid,
+                          "1", "0",  c429,  c503, token};
+      rep = eval_as(r, c, RDS_ENTER, key, 11, qv, 4);
+      if (rep == NULL) {
+        give_back(r, key, token);
         return rds_down(r, c, "enter");
+      }
       int granted = elem_int(rep, 0) == 0;
       freeReplyObject(rep);
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
-        if ((rep = rds_eval(r, c, RDS_LEAVE, key, 4, lv)) == NULL)
+        if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL) {
+          give_back(r, key, token);
           return rds_down(r, c, "enter");
+        }
         freeReplyObject(rep);
       }
       rds_put(r, c, 1);
       rds_msg("%s: interrupted by the caller", key);
       return THROTTLE_EINTR;
     }
-    rep = rds_blpop(r, c, key, id, sleep);
-    if (rep == NULL)
-      return rds_down(r, c, "enter");
-    freeReplyObject(rep);
+    if (rds_blpop(r, c, key, id, sleep, deadline) != 0) {
+      give_back(r, key, token); /* its queue place, or a grant meanwhile */
+      return failed(r, c, "enter", key, deadline, timeout_ms);
+    }
   }
 }
 
@@ -547,7 +711,7 @@ static int rds_leave(void *be, void *tk, int outcome, uint64_t retry_after_ms,
   snprintf(at, sizeof at, "%u", pub_len);
   const char *av[] = {t->fence, out, ms, pid, "", at};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, t->key, 6, av, &rep);
+  int rc = call(r, RDS_LEAVE, t->key, 6, av, 1, &rep);
   if (rc == 0) {
     if (elem_int(rep, 0) == 1) {
       rds_msg("%s: the admission had been taken back (lease or liveness "
@@ -569,7 +733,7 @@ static int set_call(struct rds *r, const char *key, const char *what,
   snprintf(sb, sizeof sb, "%llu", (unsigned long long)b);
   const char *av[] = {what, sa, sb};
   redisReply *rep;
-  int rc = call(r, RDS_SET, key, 3, av, &rep);
+  int rc = call(r, RDS_SET, key, 3, av, 0, &rep);
   if (rc != 0)
     return rc;
   if (rep->type == REDIS_REPLY_INTEGER && rep->integer < 0) {
@@ -608,18 +772,24 @@ static int scan_keys(struct rds *r, char ***names, size_t *n) {
   do {
     const char *av[] = {"SCAN", cursor, "MATCH", "thr1:*:k:*", "COUNT",
                         "1000"};
-    redisReply *rep = rds_command(c, 6, av);
-    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
-      if (rep != NULL)
+    redisReply *rep = rds_command(r, c, 6, av);
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING ||
+        rep->element[1]->type != REDIS_REPLY_ARRAY) {
+      if (rep != NULL) {
+        rds_bad_reply(c, "SCAN", rep);
         freeReplyObject(rep);
+      }
       free_names(v, len);
       return rds_down(r, c, "scan");
     }
     snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
     redisReply *ks = rep->element[1];
     for (size_t i = 0; i < ks->elements && rc == 0; i++) {
+      if (ks->element[i]->type != REDIS_REPLY_STRING)
+        continue;
       const char *hv[] = {"HGET", ks->element[i]->str, "key"};
-      redisReply *k = rds_command(c, 3, hv);
+      redisReply *k = rds_command(r, c, 3, hv);
       if (k != NULL && k->type == REDIS_REPLY_STRING) {
         if (len == cap) {
           cap = cap ? cap * 2 : 64;
@@ -668,7 +838,7 @@ static int rds_clear(void *be, const char *key) {
 
 static int rds_info(void *be, const char *key, throttle_info_t *out) {
   redisReply *rep;
-  int rc = call(be, RDS_INFO, key, 0, NULL, &rep);
+  int rc = call(be, RDS_INFO, key, 0, NULL, INFO_SHAPE, &rep);
   if (rc != 0)
     return rc;
   if (rep->type != REDIS_REPLY_ARRAY) {
@@ -712,6 +882,7 @@ static int rds_info(void *be, const char *key, throttle_info_t *out) {
     out->holder[k].probe = (uint8_t)probe;
   }
   freeReplyObject(rep);
+  throttle__info_unlisted(out);
   return 0;
 }
 
@@ -761,4 +932,5 @@ EXPORT const struct throttle__backend throttle_backend_v1 = {
     .clear = rds_clear,
     .info = rds_info,
     .foreach = rds_foreach,
+    .notice = notice,
 };

@@ -32,6 +32,8 @@
  *    first load would hold its siblings for as long, and a caller that
  *    holds one table's admission while it enters another (nested work, a
  *    batch that takes its places first) would wait for itself forever.
+ *    The same bound holds throttle_wait() on the keys beneath
+ *    (throttle__scope_probe_holds_locked: one rule for every waiting call).
  *    Past the bound the keys go as if no scope had a record; the first
  *    answer still ends the episode (or, a 429, starts one with a
  *    not-before).  What the bound gives up: a first refusal slower than
@@ -54,7 +56,11 @@
  *    capped pool (throttle__scope_take_locked), all under the one segment
  *    mutex: atomic, no lock order, no place held while waiting.  A leave
  *    frees those places and wakes the keys beneath, so the oldest eligible
- *    waiter of any of them takes the place.  A pool's places are its
+ *    waiter of any of them takes the place: eligible, it could go but for
+ *    the pool (could_go: not held by its own key or a scope between, and
+ *    not gone, judged by the reap's evidence: someone_ahead).  A cap set
+ *    on a scope gives the holders already beneath their places
+ *    (throttle__scope_pool_set_locked).  A pool's places are its
  *    record's slots, hence at most THROTTLE__SLOTS (a larger cap on a
  *    scope is refused by the setter).  After a crash inside a grant, the
  *    repair gives a live holder the pool places it lacks
@@ -132,6 +138,23 @@ static bool probe_out(struct throttle__rec *s, uint64_t now, uint64_t *next) {
     return true;
   }
   __atomic_store_n(&s->probe_ticket, 0, __ATOMIC_RELEASE);
+  return false;
+}
+
+bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
+                                        uint64_t *next) {
+  return (s->flags & THROTTLE__REC_EPISODE) && probe_out(s, now, next);
+}
+
+bool throttle__scope_probe_of_locked(throttle_t *h,
+                                     const struct throttle__rec *r,
+                                     uint64_t ticket) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
+       p++) {
+    const struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s != NULL && ticket != 0 && s->probe_ticket == ticket)
+      return true;
+  }
   return false;
 }
 
@@ -246,6 +269,14 @@ void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
  * place cannot be told from an admission on the scope itself, and it is
  * reclaimed with its holder's death or lease: fewer admitted, never
  * more). */
+/* Every holder of r without a place in the capped pool s takes one. */
+static void give_places(struct throttle__rec *s, const struct throttle__rec *r) {
+  for (uint32_t j = 0; j < THROTTLE__SLOTS; j++)
+    if (r->slot[j].state == THROTTLE__SLOT_HOLDING &&
+        !holds_place(s, r->slot[j].ticket))
+      place(s, &r->slot[j]);
+}
+
 void throttle__scope_repair_locked(throttle_t *h) {
   for (uint32_t i = 0; i < h->capacity; i++) {
     const struct throttle__rec *r = &h->recs[i];
@@ -254,13 +285,25 @@ void throttle__scope_repair_locked(throttle_t *h) {
     for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
          p++) {
       struct throttle__rec *s = scope_rec(h, r->key, p);
-      if (s == NULL || s == r || s->fixed_cap == 0)
-        continue;
-      for (uint32_t j = 0; j < THROTTLE__SLOTS; j++)
-        if (r->slot[j].state == THROTTLE__SLOT_HOLDING &&
-            !holds_place(s, r->slot[j].ticket))
-          place(s, &r->slot[j]);
+      if (s != NULL && s != r && s->fixed_cap != 0)
+        give_places(s, r);
     }
+  }
+}
+
+/* A scope that became a pool, or whose cap changed, counts what is
+ * already in flight beneath it: a holder admitted while the scope was no
+ * pool took no place there, and the cap would admit that many more beside
+ * it (4 in flight, a new cap of 2, and 4 more admitted).  Its leave frees
+ * the place as any other's (throttle__scope_report_locked: by ticket). */
+void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s) {
+  size_t len = klen(s);
+  if (s->fixed_cap == 0 || len == 0)
+    return;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *r = &h->recs[i];
+    if (r != s && below(r, s->key, len))
+      give_places(s, r);
   }
 }
 
@@ -298,42 +341,98 @@ void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
 
 /* ---- pools ------------------------------------------------------------- */
 
-/* Could r admit a waiter of class cls now, by its own gate?  (A waiter of a
- * key that could not go is not "eligible": it must not hold up the pool.) */
-static bool could_go(throttle_t *h, struct throttle__rec *r, int cls,
-                     uint64_t now) {
+/* Does the pool s hold a waiter of class cls for its own places: full,
+ * backfill beyond its share, or its rate spent? */
+static bool pool_full(throttle_t *h, struct throttle__rec *s, int cls,
+                      uint64_t now, uint64_t *next) {
+  throttle__bound_rate(h, s, now);
+  uint64_t ready;
+  if (!throttle__rate_allows(s, now, &ready)) {
+    if (ready < *next)
+      *next = ready;
+    return true;
+  }
+  if (s->fixed_cap == 0)
+    return false;
+  uint32_t cap = throttle__cap_of(s);
+  return throttle__count_slots(s, THROTTLE__SLOT_HOLDING, -1) >= cap ||
+         throttle__count_slots(s, THROTTLE__SLOT_FREE, -1) == 0 ||
+         (cls == THROTTLE_CLASS_BACKFILL &&
+          throttle__count_slots(s, THROTTLE__SLOT_HOLDING,
+                                THROTTLE_CLASS_BACKFILL) >=
+              throttle__backfill_cap(s, cap));
+}
+
+/* Could a waiter of class cls on r go now but for the pool of the scope
+ * of length plen above it: r's own gate (pause, not-before, probe, cap,
+ * backfill share, rate) and every scope between the pool and r (pause,
+ * not-before, probe out, a nested pool that is full) let it?  A waiter
+ * held by a reason of its own must not hold the pool's turn: it would
+ * keep every other key beneath waiting for as long as its reason lasts
+ * (a paused sub-scope: until the resume). */
+static bool could_go(throttle_t *h, struct throttle__rec *r, size_t plen,
+                     int cls, uint64_t now) {
+  uint64_t ignored = UINT64_MAX, ready;
   if ((r->flags & THROTTLE__REC_PAUSED) ||
       throttle__clamp_nb_locked(h, r, now) > now ||
       ((r->flags & THROTTLE__REC_EPISODE) && r->probe_ticket != 0))
     return false;
-  uint32_t cap = throttle__cap_of(r);
-  if (throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) >= cap)
+  throttle__bound_rate(h, r, now);
+  if (!throttle__rate_allows(r, now, &ready))
     return false;
-  return cls == THROTTLE_CLASS_LIVE ||
-         throttle__count_slots(r, THROTTLE__SLOT_HOLDING, cls) <
-             throttle__backfill_cap(r, cap);
+  uint32_t cap = throttle__cap_of(r);
+  if (throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) >= cap ||
+      (cls != THROTTLE_CLASS_LIVE &&
+       throttle__count_slots(r, THROTTLE__SLOT_HOLDING, cls) >=
+           throttle__backfill_cap(r, cap)))
+    return false;
+  size_t len = klen(r);
+  for (size_t p = plen + 1; (p = throttle__scope_next(r->key, len, p)) != 0;
+       p++) {
+    struct throttle__rec *m = scope_rec(h, r->key, p);
+    if (m == NULL)
+      continue;
+    if ((m->flags & THROTTLE__REC_PAUSED) ||
+        throttle__clamp_nb_locked(h, m, now) > now ||
+        ((m->flags & THROTTLE__REC_EPISODE) && probe_out(m, now, &ignored)) ||
+        (is_pool(m) && pool_full(h, m, cls, now, &ignored)))
+      return false;
+  }
+  return true;
 }
 
 /* A waiter of another key beneath s that goes before w: live before
- * backfill, then the older ticket, among those whose key could go. */
+ * backfill, then the older ticket, among those who could go (could_go).
+ * Judged by evidence: before a key's waiters count, the key is reaped
+ * (gate_grant.c), so a waiter whose process is gone, or that has not
+ * looked at its gate within its lease (one that cannot be judged), is
+ * dropped instead of holding the turn: nothing else would ever take it,
+ * and every key beneath would wait behind it. */
 static bool someone_ahead(throttle_t *h, struct throttle__rec *s,
                           const struct throttle__rec *own,
                           const struct throttle__slot *w, uint64_t now) {
+  size_t slen = klen(s);
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r == own || !below(r, s->key, klen(s)))
+    if (r == own || !below(r, s->key, slen))
       continue;
-    bool checked = false, can = false;
+    bool reaped = false;
+    int can[2] = {-1, -1}; /* per class: unknown, no, yes */
     for (uint32_t j = 0; j < THROTTLE__SLOTS; j++) {
       const struct throttle__slot *o = &r->slot[j];
       if (o->state != THROTTLE__SLOT_WAITING ||
+          o->cls > THROTTLE_CLASS_BACKFILL ||
           !(o->cls < w->cls || (o->cls == w->cls && o->ticket < w->ticket)))
         continue;
-      if (!checked) {
-        checked = true;
-        can = could_go(h, r, o->cls, now);
+      if (!reaped) {
+        reaped = true;
+        throttle__reap_locked(r, now);
+        if (o->state != THROTTLE__SLOT_WAITING)
+          continue; /* it was gone */
       }
-      if (can)
+      if (can[o->cls] < 0)
+        can[o->cls] = could_go(h, r, slen, o->cls, now);
+      if (can[o->cls])
         return true;
     }
   }
@@ -350,21 +449,7 @@ bool throttle__scope_pool_allows_locked(throttle_t *h,
     if (s == NULL || !is_pool(s))
       continue;
     throttle__reap_locked(s, now); /* places of dead holders */
-    throttle__bound_rate(h, s, now);
-    uint64_t ready;
-    if (!throttle__rate_allows(s, now, &ready)) {
-      if (ready < *next)
-        *next = ready;
-      return false;
-    }
-    uint32_t cap = throttle__cap_of(s);
-    if (s->fixed_cap != 0 &&
-        (throttle__count_slots(s, THROTTLE__SLOT_HOLDING, -1) >= cap ||
-         throttle__count_slots(s, THROTTLE__SLOT_FREE, -1) == 0 ||
-         (w->cls == THROTTLE_CLASS_BACKFILL &&
-          throttle__count_slots(s, THROTTLE__SLOT_HOLDING,
-                                THROTTLE_CLASS_BACKFILL) >=
-              throttle__backfill_cap(s, cap))))
+    if (pool_full(h, s, w->cls, now, next))
       return false;
     if (someone_ahead(h, s, r, w, now))
       return false;
@@ -517,10 +602,13 @@ void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
     if (s != NULL && (s->flags & (THROTTLE__REC_ANSWERED |
                                   THROTTLE__REC_EPISODE)))
       continue; /* known, or its one probe is already the rule */
-    /* Only into a free record: evicting a key for a scope could take the
-     * key this admission is for (fail open: the keys go as before). */
+    /* Only into a free record, and only with room left for the key's own:
+     * evicting a key for a scope could take the key this admission is
+     * for, and a scope in its episode is not evicted for the key either
+     * (fail open: the keys go as before). */
     if (s == NULL &&
-        (h->hdr->used >= h->capacity ||
+        (h->hdr->used + (scope_rec(h, key, len) == NULL ? 2u : 1u) >
+             h->capacity ||
          throttle__insert_locked(h, key, p, throttle__hash(h->seed, key, p),
                                  now, &s) != 0))
       continue;
@@ -530,19 +618,31 @@ void throttle__scope_enter_locked(throttle_t *h, const char *key, size_t len,
   }
 }
 
-void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
-                                  bool cancel) {
-  size_t len = klen(s);
-  if (len == 0)
-    return;
+uint32_t throttle__scope_below_key_locked(throttle_t *h, const char *key,
+                                          size_t len, bool cancel) {
+  uint32_t n = 0;
+  if (len == 0 || len > THROTTLE__KEY_MAX)
+    return 0;
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r == s || !below(r, s->key, len))
+    if (!below(r, key, len))
       continue;
     if (cancel)
       throttle__cancel_locked(r);
     throttle__wake_rec(r);
+    n++;
   }
+  return n;
+}
+
+void throttle__scope_below_locked(throttle_t *h, struct throttle__rec *s,
+                                  bool cancel) {
+  /* s's own key, copied: a record beneath is never s, but its bytes are
+   * shared memory and read once (klen) */
+  char key[THROTTLE__KEY_MAX + 1];
+  size_t len = klen(s);
+  memcpy(key, s->key, len);
+  (void)throttle__scope_below_key_locked(h, key, len, cancel);
 }
 
 uint32_t throttle__publish_len(const throttle_t *h, const char *key,
@@ -565,15 +665,28 @@ uint32_t throttle__publish_len(const throttle_t *h, const char *key,
   return (uint32_t)len;
 }
 
-void throttle__scope_publish_locked(throttle_t *h, const char *key,
-                                    size_t len, throttle_outcome_t outcome,
-                                    uint64_t delay_ns, uint64_t now) {
-  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+int throttle__publish_at_locked(throttle_t *h, const char *key, size_t len,
+                                uint32_t plen, uint64_t delay_ns,
+                                uint64_t now) {
   struct throttle__rec *s;
-  if (plen < len &&
-      throttle__insert_locked(h, key, plen, throttle__hash(h->seed, key, plen),
+  int rc = throttle__insert_locked(h, key, plen,
+                                   throttle__hash(h->seed, key, plen), now, &s);
+  if (rc != 0 && plen < len &&
+      throttle__insert_locked(h, key, len, throttle__hash(h->seed, key, len),
                               now, &s) == 0)
+    rc = 0; /* on the key: never early for it, at least */
+  if (rc == 0)
     throttle__publish_locked(h, s, now, delay_ns);
+  return rc;
+}
+
+int throttle__scope_publish_locked(throttle_t *h, const char *key,
+                                   size_t len, throttle_outcome_t outcome,
+                                   uint64_t delay_ns, uint64_t now) {
+  uint32_t plen = throttle__publish_len(h, key, len, outcome);
+  return plen < len ? throttle__publish_at_locked(h, key, len, plen,
+                                                  delay_ns, now)
+                    : 0;
 }
 
 THROTTLE_EXTERN int throttle_set_publish_level(throttle_t *h,

@@ -256,6 +256,23 @@ static int take_flock(throttle_t *h, int fd) {
   }
 }
 
+/* Called with the flock held, for an object that was empty when we took
+ * it and that we could not reserve (/dev/shm full): nobody can have built
+ * or mapped it, so its name is removed rather than left as an empty
+ * object that every `ls` would trip on.  Only when the name is still this
+ * object (same inode).  Whoever opened the name before and waits for the
+ * flock finds the object unlinked once it has it, and opens the name
+ * again (throttle__segment_open), so no two groups of processes use two
+ * objects. */
+static void unlink_unbuilt(const throttle_t *h, int fd) {
+  char path[sizeof h->name + 16];
+  struct stat a, b;
+  snprintf(path, sizeof path, "/dev/shm%s", h->name);
+  if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+      a.st_ino == b.st_ino)
+    (void)shm_unlink(h->name);
+}
+
 /* Called with the flock held.  On success the handle is bound. */
 static int mutex_kind_bad(const throttle_t *h, int *kind);
 
@@ -360,6 +377,7 @@ static int attach_locked(throttle_t *h, int fd, uint32_t capacity,
     if (size == 0) { /* never shrink what others may map */
       int ignored = ftruncate(fd, 0);
       (void)ignored;
+      unlink_unbuilt(h, fd);
     }
     return sys_fail(h, "posix_fallocate", e);
   }
@@ -509,6 +527,8 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
     return rc;
   }
   mode_t mode = (h->flags & THROTTLE_GROUP_SHARED) ? 0660 : 0600;
+  int removed = 0; /* times the object was unlinked under us */
+again:;
   int created = 0;
   int fd = -1;
   if (!(h->flags & THROTTLE_NO_CREATE)) {
@@ -552,12 +572,25 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg) {
                           h->name, strerror(e));
   }
   int rc = take_flock(h, fd);
+  struct stat st;
+  if (rc == 0 && fstat(fd, &st) == 0 && st.st_nlink == 0) {
+    /* Its creator could not reserve it and removed the name while we
+     * waited (unlink_unbuilt): open the name again. */
+    flock(fd, LOCK_UN);
+    close(fd);
+    if (++removed < 8)
+      goto again;
+    return throttle__fail(h, THROTTLE_ESHM,
+                          "%s was removed %d times while being opened",
+                          h->name, removed);
+  }
   if (rc == 0) {
     rc = attach_locked(h, fd, h->capacity, created);
     flock(fd, LOCK_UN);
   }
   /* A creator that fails leaves the name in place, unfinished (size 0 or
-   * magic 0), for the next opener to build.  Removing it was a split
+   * magic 0), for the next opener to build (but for an empty object it
+   * could not reserve: unlink_unbuilt).  Removing it was a split
    * brain: between our O_EXCL and our failure (an init timeout above all)
    * another opener may have built the object and be using it, and later
    * openers would have created a second, empty one beside it.  Nothing

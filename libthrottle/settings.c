@@ -26,11 +26,17 @@ static int with_key(throttle_t *h, const char *key, bool create,
   struct throttle__rec *r = NULL;
   if (create)
     rc = throttle__insert_locked(h, key, len, hash, now, &r);
-  else if ((r = throttle__find_locked(h, key, len, hash)) == NULL)
+  else if ((r = throttle__find_locked(h, key, len, hash)) == NULL &&
+           throttle__scope_below_key_locked(h, key, len, cancel_below) == 0)
     rc = throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
+  /* else a scope without a record of its own (its keys publish on
+   * themselves): nothing of its own to change, and the command reached
+   * every key beneath it (woken, canceled) */
   if (rc == 0 && r != NULL) {
     fn(r, arg);
     r->last_use_ns = now;
+    throttle__scope_pool_set_locked(h, r); /* a pool counts what is in
+                                              flight beneath it */
     /* Wake under the lock: once it is released the record may be evicted
      * and its slots rewritten. */
     throttle__wake_rec(r);

@@ -22,7 +22,65 @@
 
 #include <string.h>
 
-int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
+/* ---- key syntax ---------------------------------------------------------
+ *
+ * A key is a path of names joined by '/' (its scopes are its prefixes at
+ * '/', scope.c): 1 to THROTTLE__KEY_MAX bytes, no control byte (below 0x20,
+ * or 0x7f), no empty name (no leading or trailing '/', no "//"), at most
+ * THROTTLE_KEY_MAX_SCOPES scopes (the Redis backend passes every scope of a
+ * key to its scripts, and a key deeper than that would lose its deepest
+ * there while the segment held them: refused on both instead).  Checked
+ * here for every entry point (throttlectl and the Python binding call the
+ * same functions), on every call: eight bytes a step, since the open-key
+ * check is the hot path. */
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "a key's byte i is bits 8i..8i+7 of its word");
+#define ONES UINT64_C(0x0101010101010101)
+#define LOWS UINT64_C(0x7f7f7f7f7f7f7f7f)
+
+/* 0x80 in each byte of t that is zero, exactly (no carry between bytes). */
+static inline uint64_t zero_bytes(uint64_t t) {
+  return ~(((t & LOWS) + LOWS) | t | LOWS);
+}
+
+/* What the word w (its low k bytes are key bytes, k 1..8) holds: *bad gets
+ * a control byte or a "//" (with the byte before the word: *slash_before,
+ * then the word's last byte); the number of '/' is returned. */
+static inline unsigned scan_word(uint64_t w, unsigned k, uint64_t *bad,
+                                 uint64_t *slash_before) {
+  uint64_t valid = k == 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * k)) - 1;
+  uint64_t ctl = zero_bytes(w & (ONES * 0xe0)) | zero_bytes(w ^ (ONES * 0x7f));
+  uint64_t sl = zero_bytes(w ^ (ONES * '/')) & valid;
+  *bad |= (ctl & valid) | (sl & (sl << 8)) | (sl & *slash_before);
+  *slash_before = (sl >> (8 * (k - 1))) & 0x80;
+  return (unsigned)(((sl >> 7) * ONES) >> 56); /* the bytes' sum */
+}
+
+/* Why key (len bytes, known bad) is refused. */
+static int key_refused(const throttle_t *h, const char *key, size_t len,
+                       unsigned scopes) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)key[i];
+    if (c < 0x20 || c == 0x7f)
+      return throttle__fail(h, THROTTLE_EKEY,
+                            "key has a control byte (0x%02x) at byte %zu; "
+                            "keys are printable",
+                            c, i);
+    if (c == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
+      return throttle__fail(
+          h, THROTTLE_EKEY,
+          "key \"%.*s\" has an empty name at byte %zu: keys are paths of "
+          "names joined by '/' (no leading, trailing or double '/')",
+          (int)len, key, i == 0 || i + 1 == len ? i : i + 1);
+  }
+  return throttle__fail(h, THROTTLE_EKEY,
+                        "key \"%.*s\" has %u scopes; at most %d "
+                        "(THROTTLE_KEY_MAX_SCOPES)",
+                        (int)len, key, scopes, THROTTLE_KEY_MAX_SCOPES);
+}
+
+int throttle__key_len(const throttle_t *h, const char *key, size_t *len) {
   if (key == NULL)
     return throttle__fail(h, THROTTLE_EKEY, "key is NULL");
   size_t n = strnlen(key, THROTTLE__KEY_MAX + 1);
@@ -32,6 +90,45 @@ int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
                           n == 0 ? "0" : "more than 255");
   *len = n;
   return 0;
+}
+
+int throttle__key_syntax(const throttle_t *h, const char *key, size_t n) {
+  uint64_t bad = 0, before = 0, w;
+  unsigned slashes = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    memcpy(&w, key + i, 8);
+    slashes += scan_word(w, 8, &bad, &before);
+  }
+  if (i < n) { /* the tail: the last 8 bytes (or all), shifted down */
+    unsigned k = (unsigned)(n - i);
+    if (n >= 8) {
+      memcpy(&w, key + n - 8, 8);
+      w >>= 8 * (8 - k);
+    } else {
+      w = 0;
+      for (size_t j = n; j > 0; j--)
+        w = (w << 8) | (unsigned char)key[j - 1];
+    }
+    slashes += scan_word(w, k, &bad, &before);
+  }
+  if (bad != 0 || key[0] == '/' || key[n - 1] == '/' ||
+      slashes > THROTTLE_KEY_MAX_SCOPES)
+    return key_refused(h, key, n, slashes);
+  return 0;
+}
+
+int throttle__check_key(const throttle_t *h, const char *key, size_t *len) {
+  int rc = throttle__key_len(h, key, len);
+  return rc != 0 ? rc : throttle__key_syntax(h, key, *len);
+}
+
+THROTTLE_EXTERN int throttle_check_key(const char *key) {
+  size_t len = 0;
+  int rc = throttle__check_key(NULL, key, &len);
+  if (rc == 0)
+    throttle__clear_msg(NULL);
+  return rc;
 }
 
 static uint64_t mix(uint64_t x) {
@@ -67,32 +164,35 @@ static uint64_t bucket_word(uint64_t hash, uint32_t idx) {
   return (hash << 32) | ((uint64_t)idx + 1);
 }
 
-/* Also called by the lock-free lookup, on a record that may be changing
- * under it (the sequence check then discards the answer): hence no memcmp
- * call for a thread sanitizer to intercept and flag, and no instrumentation
- * of these intended races.  Eight bytes a step (a fixed-size memcpy
- * compiles to one load): this is the hot path. */
-__attribute__((no_sanitize("thread"))) static int
-key_matches(const struct throttle__rec *r, const char *key, size_t len) {
-  if (r->key_len != len)
-    return 0;
+/* Do len bytes at a and b match?  Also called by the lock-free lookup, on
+ * a record that may be changing under it (the sequence check then discards
+ * the answer): hence no memcmp call for a thread sanitizer to intercept and
+ * flag, and no instrumentation of these intended races.  Eight bytes a step
+ * (a fixed-size memcpy compiles to one load): this is the hot path. */
+__attribute__((no_sanitize("thread"))) static inline int
+bytes_match(const char *x, const char *y, size_t len) {
   uint64_t a, b;
   if (len < 8) {
     for (size_t i = 0; i < len; i++)
-      if (r->key[i] != key[i])
+      if (x[i] != y[i])
         return 0;
     return 1;
   }
   for (size_t i = 0; i + 8 <= len; i += 8) {
-    memcpy(&a, r->key + i, 8);
-    memcpy(&b, key + i, 8);
+    memcpy(&a, x + i, 8);
+    memcpy(&b, y + i, 8);
     if (a != b)
       return 0;
   }
   /* the last 8 bytes, overlapping what was compared: no tail loop */
-  memcpy(&a, r->key + len - 8, 8);
-  memcpy(&b, key + len - 8, 8);
+  memcpy(&a, x + len - 8, 8);
+  memcpy(&b, y + len - 8, 8);
   return a == b;
+}
+
+__attribute__((no_sanitize("thread"))) static int
+key_matches(const struct throttle__rec *r, const char *key, size_t len) {
+  return r->key_len == len && bytes_match(r->key, key, len);
 }
 
 /* Zero a record except its futex word, which must keep moving for sleepers.
@@ -116,32 +216,68 @@ static void wipe_rec(struct throttle__rec *r) {
          sizeof *r - offsetof(struct throttle__rec, state));
 }
 
-/* A per-thread guess of where a key lives, indexed by the address of the
+/* A per-thread guess of where a key lives, found by the address of the
  * caller's key string: loaders ask about the same few keys again and again,
- * usually from the same buffer.  A guess is only a hint: it is used after
- * checking, under an unchanged even sequence, that the record it names holds
- * this very key, so a stale or wrong guess costs one miss, never a wrong
- * answer.  It saves the hash and the probe walk on the hot path. */
-#define GUESS_SETS 16 /* two ways each: 32 x 24 bytes of TLS per thread */
+ * usually from the same buffer.  The address only chooses where to look; a
+ * guess is only a hint: it is used after checking, under an unchanged even
+ * sequence, that the record it names holds this very key (its bytes), so a
+ * stale or wrong guess costs one miss, never a wrong answer.  It saves the
+ * hash and the probe walk on the hot path. */
+#define GUESS_SETS 16 /* two ways each: 32 x 16 bytes of TLS per thread */
 struct guess {
-  const throttle_t *h;
-  const char *key;
-  uint32_t idx; /* or GUESS_ABSENT | len: no such key while tseq == seq */
-  uint32_t seq; /* with GUESS_SCOPES in idx: the key's scopes were open
-                   under hdr->sgen == seq */
+  const char *key; /* where the caller passed it: a hint, never proof */
+  uint32_t idx;    /* a record index, with GUESS_SCOPES: see seq */
+  uint32_t seq;    /* with GUESS_SCOPES in idx: the key's scopes were open
+                      under hdr->sgen == seq */
 };
-/* A negative guess: a key's scopes (scope.c) are looked up on every check
- * of the key, and are usually never named; without it each check of an
- * open key paid a hash and a walk for its absent scope.  Valid only while
- * the table's sequence is the one it was seen under: any insert, evict or
- * rebuild changes it. */
-#define GUESS_ABSENT 0x80000000u
-#define GUESS_SCOPES 0x40000000u /* beyond any capacity, as GUESS_ABSENT */
+#define GUESS_SCOPES 0x40000000u /* beyond any record index */
 static THROTTLE__TLS struct guess guess[GUESS_SETS][2];
 
+/* A negative guess: a key's scopes (scope.c) are looked up on every check
+ * of the key, and are usually never named; without it each check of an
+ * open key paid a hash and a walk for its absent scope.  An absent key has
+ * no record to check a guess against, so the guess keeps the key's bytes
+ * (keys up to ABSENT_COPY bytes; longer ones are looked up each time) and
+ * is used only for the same bytes: one buffer holds many keys in turn (a
+ * loop over table names, a binding's runtime reusing a string's address).
+ * Valid only while the table's sequence is the one it was seen under: any
+ * insert, evict or rebuild changes it. */
+#define ABSENT_WAYS 4
+#define ABSENT_COPY 40
+static THROTTLE__TLS struct absent {
+  uint32_t seq; /* tseq when seen absent */
+  uint32_t len; /* 0: nothing */
+  char key[ABSENT_COPY];
+} absent[ABSENT_WAYS];
+
+/* Every guess is about one segment: the one whose random seed this is.
+ * A thread that turns to another segment forgets them all (a handle's
+ * address is no identity: a closed handle's is handed to the next one
+ * opened, and a segment made afresh under the same name counts its
+ * sequences from the start again).  A thread that alternates between two
+ * segments pays lookups for it; one segment per process is the rule. */
+static THROTTLE__TLS uint64_t guess_seed;
+static THROTTLE__TLS bool guess_any; /* guess_seed was set */
+
+static inline void guess_bind(const throttle_t *h) {
+  if (__builtin_expect(guess_seed == h->seed && guess_any, 1))
+    return;
+  memset(guess, 0, sizeof guess);
+  memset(absent, 0, sizeof absent);
+  guess_seed = h->seed;
+  guess_any = true;
+}
+
+static inline uint64_t guess_mix(const char *key, size_t len) {
+  return ((uint64_t)(uintptr_t)key ^ len) * UINT64_C(0x9e3779b97f4a7c15);
+}
+
 static struct guess *guess_set(const char *key, size_t len) {
-  uint64_t x = ((uint64_t)(uintptr_t)key ^ len) * UINT64_C(0x9e3779b97f4a7c15);
-  return guess[x >> 60]; /* top 4 bits: 0..15 */
+  return guess[guess_mix(key, len) >> 60]; /* top 4 bits: 0..15 */
+}
+
+static struct absent *absent_way(const char *key, size_t len) {
+  return &absent[guess_mix(key, len) >> 62]; /* top 2 bits: 0..3 */
 }
 
 /* A guess that names a record holding this key, or UINT32_MAX. */
@@ -149,8 +285,8 @@ __attribute__((no_sanitize("thread"))) static uint32_t
 try_guess(const throttle_t *h, const struct guess *g, const char *key,
           size_t len) {
   uint32_t idx = g->idx & ~GUESS_SCOPES;
-  if (g->h != h || g->key != key || idx >= h->capacity)
-    return UINT32_MAX; /* also a negative guess (GUESS_ABSENT is bigger) */
+  if (g->key != key || idx >= h->capacity)
+    return UINT32_MAX;
   const struct throttle__rec *r = &h->recs[idx];
   return r->state == THROTTLE__REC_USED && key_matches(r, key, len)
              ? idx
@@ -161,24 +297,26 @@ try_guess(const throttle_t *h, const struct guess *g, const char *key,
  * intended (a seqlock), hence no thread-sanitizer instrumentation here. */
 __attribute__((no_sanitize("thread"))) int
 throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
-                      uint32_t *idx, uint32_t *seq) {
+                      uint32_t *idx, uint32_t *seq, bool guessed_only) {
   uint32_t s = atomic_load_explicit(&h->hdr->tseq, memory_order_acquire);
   if (s & 1)
-    return -1;
+    return guessed_only ? THROTTLE__NOT_GUESSED : -1;
+  guess_bind(h);
+  struct absent *a = absent_way(key, len);
+  if (a->len == len && a->seq == s && bytes_match(a->key, key, len)) {
+    *seq = s; /* absent under this very sequence: still absent */
+    return 0;
+  }
   int found = 0;
   struct guess *set = guess_set(key, len);
-  for (int w = 0; w < 2; w++)
-    if (set[w].idx == (GUESS_ABSENT | (uint32_t)len) && set[w].h == h &&
-        set[w].key == key && set[w].seq == s) {
-      *seq = s; /* absent under this very sequence: still absent */
-      return 0;
-    }
   uint32_t gi = try_guess(h, &set[0], key, len);
   if (gi == UINT32_MAX)
     gi = try_guess(h, &set[1], key, len);
   if (gi != UINT32_MAX) {
     *idx = gi;
     found = 1;
+  } else if (guessed_only) {
+    return THROTTLE__NOT_GUESSED;
   }
   if (!found) {
     uint64_t hash = throttle__hash(h->seed, key, len);
@@ -198,45 +336,68 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
         *idx = ri;
         found = 1;
         set[1] = set[0]; /* the newest guess first, the older kept */
-        set[0] = (struct guess){h, key, ri, s};
+        set[0] = (struct guess){key, ri, s};
         break;
       }
     }
   }
-  bool absent = !found;
   *seq = s;
   atomic_thread_fence(memory_order_acquire);
   if (atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) != s)
     return -1;
-  if (absent && len <= THROTTLE__KEY_MAX) { /* seen absent under s */
-    set[1] = set[0];
-    set[0] = (struct guess){h, key, GUESS_ABSENT | (uint32_t)len, s};
+  if (!found && len <= ABSENT_COPY) { /* seen absent under s */
+    memcpy(a->key, key, len);
+    a->len = (uint32_t)len;
+    a->seq = s;
   }
   return found;
 }
 
-/* The claim is tied to the record the lookup just validated: the caller's
- * buffer may hold another key now, but then it is not found at idx, or an
- * insert (which changes sgen) put it there. */
+/* The claim is tied to the record the lookup just validated (its bytes):
+ * the caller's buffer may hold another key now, but then it is not found
+ * at idx, or an insert (which changes sgen) put it there. */
 bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
+  if (guess_seed != h->seed || !guess_any)
+    return false;
   const struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
     if (set[w].idx == (idx | GUESS_SCOPES) && set[w].key == key &&
-        set[w].h == h && set[w].seq == gen)
+        set[w].seq == gen)
       return true;
   return false;
 }
 
 void throttle__guess_note_scopes(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
+  if (guess_seed != h->seed || !guess_any)
+    return;
   struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
-    if ((set[w].idx & ~GUESS_SCOPES) == idx && set[w].key == key &&
-        set[w].h == h) {
+    if ((set[w].idx & ~GUESS_SCOPES) == idx && set[w].key == key) {
       set[w].idx = idx | GUESS_SCOPES;
       set[w].seq = gen;
     }
+}
+
+/* Every record that holds key, read without the mutex and without the
+ * index (a writer stopped between the two bumps of the sequence leaves
+ * every lock-free lookup unstable, yet the not-befores stay readable): the
+ * latest not-before among them, unbounded (the caller bounds it).  A torn
+ * read can only name a wrong not-before, which the bound keeps within one
+ * maximum delay (I8).  O(capacity): for a caller that is failing open. */
+__attribute__((no_sanitize("thread"))) uint64_t
+throttle__scan_nb_nolock(const throttle_t *h, const char *key, size_t len) {
+  uint64_t most = 0;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *r = &h->recs[i];
+    if (r->state != THROTTLE__REC_USED || !key_matches(r, key, len))
+      continue;
+    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    if (v > most)
+      most = v;
+  }
+  return most;
 }
 
 bool throttle__seq_still(const throttle_t *h, uint32_t seq) {
@@ -446,7 +607,7 @@ static uint32_t reap_victim_locked(throttle_t *h, uint64_t now) {
     }
     if (best == UINT32_MAX)
       return UINT32_MAX;
-    if (throttle__reap_idle_locked(&h->recs[best], now))
+    if (throttle__reap_idle_locked(h, &h->recs[best], now))
       return best;
     tried[n] = best;
   }
@@ -458,7 +619,7 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
   uint64_t oldest = UINT64_MAX;
   for (uint32_t i = 0; i < h->capacity; i++) {
     struct throttle__rec *r = &h->recs[i];
-    if (r->state == THROTTLE__REC_USED && throttle__rec_idle(r, now) &&
+    if (r->state == THROTTLE__REC_USED && throttle__rec_idle(h, r, now) &&
         r->last_use_ns < oldest) {
       oldest = r->last_use_ns;
       victim = i;
@@ -534,7 +695,8 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
     fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
     if (fi == 0 && evict_one_locked(h, now) != 0) {
       rc = throttle__fail(h, THROTTLE_EFULL,
-                          "%s: all %u keys have a back-off pending; raise "
+                          "%s: all %u keys are in use (a back-off, a lock "
+                          "episode, a setting or a holder); raise "
                           "THROTTLE_KEYS (and throttlectl rm) or wait",
                           h->name, h->capacity);
       goto out;

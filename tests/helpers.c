@@ -71,6 +71,27 @@ int th_redis_setup(void **state, struct th_redis *r) {
   return throttle_config_set_backend(fx->cfg, r->url);
 }
 
+int th_redis_teardown(void **state, struct th_redis *r) {
+  int rc = th_teardown(state);
+  th_redis_cleanup(r);
+  unsetenv("THROTTLE_LIVENESS_MS");
+  unsetenv("THROTTLE_BACKEND");
+  th_redis_module_again();
+  return rc;
+}
+
+throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc) {
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
+  assert_int_equal(throttle_config_set_backend(cfg, url), 0);
+  throttle_t *h = NULL;
+  *rc = throttle_open(cfg, &h);
+  throttle_config_free(cfg);
+  assert_non_null(h);
+  return h;
+}
+
 int th_teardown(void **state) {
   struct th_fx *fx = *state;
   if (fx == NULL)
@@ -466,4 +487,14 @@ int th_table_faults(throttle_t *h, char *why, size_t len) {
                     used, h->capacity);
   throttle__unlock(h);
   return n;
+}
+
+int th_child_sits_on_mutex(void *p) {
+  struct th_fx *fx = p;
+  throttle_close(fx->h);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(pthread_mutex_lock(&h->hdr->mutex) == 0);
+  raise(SIGSTOP);
+  return 0; /* never: the parent kills it stopped */
 }

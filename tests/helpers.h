@@ -38,6 +38,14 @@ int th_teardown(void **state);
  * that the fixture's configuration names as its backend. */
 struct th_redis;
 int th_redis_setup(void **state, struct th_redis *r);
+/* th_teardown, then *r stopped and removed, and the environment the Redis
+ * tests change put back (THROTTLE_BACKEND, THROTTLE_LIVENESS_MS unset;
+ * THROTTLE_BACKEND_MODULE as th_redis_use_module set it). */
+int th_redis_teardown(void **state, struct th_redis *r);
+/* Another host: a handle on a segment of its own (th_extra_name) naming
+ * the backend url; *rc is throttle_open's code (the handle is never
+ * NULL). */
+throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc);
 
 /* A fresh unique segment name "/tt-<pid>-<n>" (n counts per process). */
 void th_unique_name(char *buf, size_t len);
@@ -60,6 +68,10 @@ int th_open_rc(struct th_fx *fx, throttle_t **out);
  * The child never returns into the test runner.  The pid is registered so
  * the teardown reaps it whatever happens. */
 pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg);
+/* A child for th_spawn(fx, th_child_sits_on_mutex, fx): opens fx->cfg,
+ * takes the segment mutex and stops itself (SIGSTOP), a live owner that
+ * never lets go; the test kills it. */
+int th_child_sits_on_mutex(void *fx);
 /* Wait up to timeout_ms (a hang guard) for pid and unregister it; returns
  * its wait status.  On timeout the child is killed and the test fails. */
 int th_reap(struct th_fx *fx, pid_t pid, int timeout_ms);

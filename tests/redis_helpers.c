@@ -61,10 +61,15 @@ int th_redis_start(struct th_redis *r) {
       dup2(null, 1);
       dup2(null, 2);
     }
-    execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
-           r->sock, "--unixsocketperm", "700", "--save", "", "--appendonly",
-           "no", "--enable-debug-command", "local", "--dir", r->dir,
-           "--logfile", log, (char *)NULL);
+    const char *av[64] = {"redis-server", "--port", "0", "--unixsocket",
+                          r->sock, "--unixsocketperm", "700", "--save", "",
+                          "--appendonly", "no", "--enable-debug-command",
+                          "local", "--dir", r->dir, "--logfile", log};
+    int n = 17;
+    for (int i = 0; r->extra != NULL && r->extra[i] != NULL && n < 63; i++)
+      av[n++] = r->extra[i];
+    av[n] = NULL;
+    execvp("redis-server", (char *const *)av);
     _exit(127);
   }
   r->pid = pid;
@@ -123,9 +128,70 @@ int th_redis_cli(const struct th_redis *r, int bg, const char *const *args) {
   return st;
 }
 
+int th_redis_cli_out(const struct th_redis *r, const char *const *args,
+                     char *out, size_t len) {
+  const char *av[32] = {"redis-cli", "-s", r->sock};
+  int n = 3;
+  for (int i = 0; args[i] != NULL && n < 31; i++)
+    av[n++] = args[i];
+  av[n] = NULL;
+  int fds[2];
+  out[0] = 0;
+  if (pipe(fds) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    execvp("redis-cli", (char *const *)av);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t k;
+  while ((k = read(fds[0], out + got, len - 1 - got)) > 0 ||
+         (k < 0 && errno == EINTR))
+    if (k > 0 && (got += (size_t)k) == len - 1)
+      break;
+  out[got] = 0;
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  return st;
+}
+
+long long th_redis_info_int(const struct th_redis *r, const char *section,
+                            const char *name) {
+  static char buf[1 << 16];
+  const char *args[] = {"INFO", section, NULL};
+  if (th_redis_cli_out(r, args, buf, sizeof buf) != 0)
+    return -1;
+  char pat[128];
+  snprintf(pat, sizeof pat, "%s:", name);
+  for (const char *p = buf; (p = strstr(p, pat)) != NULL; p += strlen(pat))
+    if (p == buf || p[-1] == '\n')
+      return atoll(p + strlen(pat));
+  return -1;
+}
+
+static char module_path[4200];
+
 void th_redis_use_module(const char *argv0) {
-  char buf[4096], path[4200];
+  char buf[4096];
   snprintf(buf, sizeof buf, "%s", argv0);
-  snprintf(path, sizeof path, "%s/../libthrottle-redis.so.1", dirname(buf));
-  setenv("THROTTLE_BACKEND_MODULE", path, 1);
+  snprintf(module_path, sizeof module_path, "%s/../libthrottle-redis.so.1",
+           dirname(buf));
+  setenv("THROTTLE_BACKEND_MODULE", module_path, 1);
+}
+
+void th_redis_module_again(void) {
+  if (module_path[0] != 0)
+    setenv("THROTTLE_BACKEND_MODULE", module_path, 1);
 }

@@ -8,6 +8,7 @@
 #ifndef THROTTLE_TEST_REDIS_HELPERS_H
 #define THROTTLE_TEST_REDIS_HELPERS_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 struct th_redis {
@@ -15,6 +16,8 @@ struct th_redis {
   char sock[300];
   char url[320]; /* unix:///.../redis.sock */
   pid_t pid;
+  /* more redis-server arguments (NULL-terminated), or NULL */
+  const char *const *extra;
 };
 
 /* 1 when redis-server is on PATH (tests skip otherwise). */
@@ -28,7 +31,17 @@ void th_redis_cleanup(struct th_redis *r);
 /* Run redis-cli against it with the given arguments, in the background
  * when bg (returns its pid then), else waited for (returns its status). */
 int th_redis_cli(const struct th_redis *r, int bg, const char *const *args);
+/* The same, waited for, its standard output (up to len - 1 bytes) in out;
+ * returns its status. */
+int th_redis_cli_out(const struct th_redis *r, const char *const *args,
+                     char *out, size_t len);
+/* The integer after "NAME:" in the server's INFO SECTION (-1 if absent). */
+long long th_redis_info_int(const struct th_redis *r, const char *section,
+                            const char *name);
 /* Point the library at the module built next to the tests. */
 void th_redis_use_module(const char *argv0);
+/* THROTTLE_BACKEND_MODULE set again as th_redis_use_module set it (a test
+ * may have pointed it elsewhere). */
+void th_redis_module_again(void);
 
 #endif

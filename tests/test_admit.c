@@ -62,15 +62,19 @@ static void test_admit_scope_named_after_admission(void **state) {
   assert_int_equal(throttle_backoff(h, "hotdata:ws1", 60000), 0);
   assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
                    THROTTLE_EWOULDBLOCK);
-  /* the scope turns into a pool; the early admission holds no place in
-   * it, and its leave must not free one either */
+  /* the scope turns into a pool; the early admission, granted with no
+   * place in it, is counted by the new cap (its place given), and its
+   * leave frees that place only, not another admission's */
   assert_int_equal(throttle_clear(h, "hotdata:ws1"), 0);
   assert_int_equal(throttle_set_max_parallel(h, "hotdata:ws1", 1), 0);
   throttle_ticket_t *pooled;
+  assert_int_equal(throttle_try_enter(h, "hotdata:ws1/items",
+                                      THROTTLE_CLASS_LIVE, &pooled, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, early, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(throttle_enter(h, "hotdata:ws1/items", THROTTLE_CLASS_LIVE,
                                   1000, &pooled),
                    0);
-  assert_int_equal(throttle_leave(h, early, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
                    THROTTLE_EWOULDBLOCK); /* the pool's one place is taken */
   assert_int_equal(throttle_leave(h, pooled, THROTTLE_OUTCOME_OK, 0), 0);

@@ -26,15 +26,18 @@ check "the code is shown escaped" 0 $?
 grep -q 'k-\\x9b-x' "$tmp/err"
 check "the key is shown escaped" 0 $?
 
-# ls and show print keys read from shared memory: the same rule.
-"$ctl" backoff "c1-$(printf '\302\233')-$(printf '\233')-$(printf '\033')]0;t" 30 >/dev/null
+# A key with a control byte (ESC) is refused; ls and show print keys read
+# from shared memory with the same rule as messages (C1 bytes escaped).
+"$ctl" backoff "c1-$(printf '\033')]0;t" 30 >/dev/null 2>&1
+check "a key with ESC: usage error" 64 $?
+"$ctl" backoff "c1-$(printf '\302\233')-$(printf '\233')-]0;t" 30 >/dev/null
 "$ctl" ls >"$tmp/ls" 2>&1
 has_hex "ls: no ESC" "$tmp/ls" " 1b "
 has_hex "ls: no UTF-8 C1" "$tmp/ls" " c2 9b "
 has_hex "ls: no raw C1" "$tmp/ls" " 9b "
-"$ctl" show "c1-$(printf '\302\233')-$(printf '\233')-$(printf '\033')]0;t" >"$tmp/show" 2>&1
+"$ctl" show "c1-$(printf '\302\233')-$(printf '\233')-]0;t" >"$tmp/show" 2>&1
 has_hex "show: no C1 or ESC" "$tmp/show" " 9b "
-grep -q 'c1-\\u009b-\\x9b-\\x1b\]0;t' "$tmp/show"
+grep -q 'c1-\\u009b-\\x9b-\]0;t' "$tmp/show"
 check "show: the key is shown escaped" 0 $?
 
 # ---- arguments --------------------------------------------------------------

@@ -7,10 +7,10 @@
 # base64); `segments`; `watch` off a terminal; warnings for clamped values.
 . "$(dirname "$0")/ctl_lib.sh"
 
-# A key with every character the exposition format escapes, one with a
-# byte that is not UTF-8, and one with admissions and a refusal.
-q='we"ird\key
-x'
+# A key with the characters the exposition format escapes that a key may
+# hold (a newline is a control byte: no key has one), one with a byte that
+# is not UTF-8, and one with admissions and a refusal.
+q='we"ird\key x'
 bad=$(printf 'raw\377key')
 "$T" backoff "$q" 30
 "$T" backoff "$bad" 30
@@ -51,7 +51,7 @@ assert value("throttle_key_cap_learned", key="hot") == 0
 assert value("throttle_key_paused", key="hot") == 1
 assert value("throttle_key_waiting", key="hot", **{"class": "live"}) == 0
 assert value("throttle_key_in_flight", key="hot") == 0
-left = value("throttle_key_seconds_left", key='we"ird\\key\nx')
+left = value("throttle_key_seconds_left", key='we"ird\\key x')
 assert 0 < left <= 30, left
 assert value("throttle_key_seconds_left", key="raw\\xffkey") > 0
 print("parsed", len(fams), "families")
@@ -86,7 +86,7 @@ show = json.load(open(sys.argv[2], encoding="utf-8"))
 assert ls["schema"] == 1 and show["schema"] == 1
 assert ls["segment"] == sys.argv[3] and ls["readonly"] is False
 keys = {k["key"]: k for k in ls["keys"]}
-assert 'we"ird\\key\nx' in keys
+assert 'we"ird\\key x' in keys
 raw = [k for k in ls["keys"] if "key_base64" in k]
 assert len(raw) == 1, raw
 assert base64.b64decode(raw[0]["key_base64"]) == b"raw\xffkey"
@@ -172,9 +172,9 @@ check_true "show has a waiters section" contains "$out" "
 waiters:"
 check_true "the first to arrive is listed first, with pid and class" \
   contains "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 3p)" \
-  "$w1  backfill"
+  "$w1  throttlectl  backfill"
 check_true "then the next" contains \
-  "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 4p)" "$w2  live"
+  "$(printf '%s\n' "$out" | sed -n '/^waiters:/,$p' | sed -n 4p)" "$w2  throttlectl  live"
 check_true "show --json carries them" contains "$("$T" show queue --json)" \
   "\"waiters\":[{\"pid\":$w1,\"class\":\"backfill\""
 "$T" resume queue

@@ -579,13 +579,8 @@ static void test_gate_cancel_reaches_callers_beyond_slots(void **state) {
     atomic_store(&o->result[i], 1);
     pid[i] = th_spawn(fx, enter_record, &w[i]);
   }
-  uint64_t t0 = th_mono_ms();
-  while (atomic_load(&o->seq) < N && th_mono_ms() - t0 < HANG_MS)
-    th_sleep_ms(5);
-  /* Inside throttle_enter, polling for a slot: they cannot be seen from
-   * outside, so give them many polls (20 ms each) to be there. */
-  th_sleep_ms(500);
-  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_LIVE), 32);
+  /* those beyond the slots are counted too: every one is waiting */
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, N, HANG_MS);
   assert_int_equal(throttle_cancel(h, KEY), 0);
   for (int i = 0; i < N; i++)
     th_reap_ok(fx, pid[i], HANG_MS);
@@ -876,17 +871,66 @@ static void test_gate_beyond_slots_in_arrival_order(void **state) {
   for (int i = 0; i < N; i++) {
     w[i] = (struct worker){fx, o, i, 1, 2, THROTTLE_CLASS_LIVE, 0, 0};
     pid[i] = th_spawn(fx, worker_main, &w[i]);
-    if (i < IN_SLOTS)
-      th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, i + 1, HANG_MS);
-    else
-      th_sleep_ms(150); /* unseen beyond the slots: time to arrive */
+    /* counted on arrival, in the slots or beyond them */
+    th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_LIVE, i + 1, HANG_MS);
   }
-  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_LIVE), IN_SLOTS);
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITERS_UNLISTED), N - IN_SLOTS);
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
   for (int i = 0; i < N; i++)
     th_reap_ok(fx, pid[i], HANG_MS);
   for (int k = 0; k < N; k++)
     assert_int_equal(atomic_load(&o->order[k]), k);
+}
+
+/* Cap 1, one holder, 39 waiters (35 live, then 4 backfill): the counts
+ * are exact, the first 31 (in slots) are listed and the 8 beyond them are
+ * counted as not listed.  A caller killed while it waits beyond the slots
+ * is counted until the evidence says it is gone (a slot free for longer
+ * than a live one takes to look); then every count is 0 again. */
+static void test_gate_info_counts_every_waiter(void **state) {
+  struct th_fx *fx = *state;
+  struct obs *o = obs_new();
+  throttle_ticket_t *t;
+  throttle_t *h = th_hold_only_slot(fx, KEY, &t);
+  enum { LIVE = 35, N = 39, LISTED = 31, DIES = 37 };
+  struct worker w[N];
+  pid_t pid[N];
+  for (int i = 0; i < N; i++) {
+    int cls = i < LIVE ? THROTTLE_CLASS_LIVE : THROTTLE_CLASS_BACKFILL;
+    w[i] = (struct worker){fx, o, i, 1, 2, cls, 0, 0};
+    pid[i] = th_spawn(fx, worker_main, &w[i]);
+    th_wait_field(h, KEY,
+                  i < LIVE ? THROTTLE_FIELD_WAITING_LIVE
+                           : THROTTLE_FIELD_WAITING_BACKFILL,
+                  i < LIVE ? i + 1 : i - LIVE + 1, HANG_MS);
+  }
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, KEY, &info), 0);
+  assert_int_equal(throttle_info_get(info, THROTTLE_FIELD_WAITING_LIVE), LIVE);
+  assert_int_equal(throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL),
+                   N - LIVE);
+  size_t listed = 0;
+  while (throttle_info_waiter(info, listed, NULL, NULL, NULL) == 0)
+    listed++;
+  assert_int_equal(listed, LISTED);
+  assert_int_equal(throttle_info_get(info, THROTTLE_FIELD_WAITERS_UNLISTED),
+                   N - LISTED);
+  throttle_info_free(info);
+  assert_int_equal(kill(pid[DIES], SIGKILL), 0); /* beyond the slots */
+  th_reap_killed(fx, pid[DIES], HANG_MS);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  for (int i = 0; i < N; i++)
+    if (i != DIES)
+      th_reap_ok(fx, pid[i], HANG_MS);
+  assert_int_equal(atomic_load(&o->seq), N - 1);
+  th_wait_field(h, KEY, THROTTLE_FIELD_WAITING_BACKFILL, 0, HANG_MS);
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_LIVE), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITERS_UNLISTED), 0);
+  /* and the next caller, beyond no slot, is counted alone */
+  assert_int_equal(throttle_try_enter(h, KEY, THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(field(h, THROTTLE_FIELD_WAITING_BACKFILL), 0);
 }
 
 /* Sleeping for a not-before holds no slot: in_flight stays 0 and a holder
@@ -1039,6 +1083,7 @@ int main(void) {
       T(test_gate_huge_values_saturate),
       T(test_gate_requeue_keeps_fifo_place),
       T(test_gate_beyond_slots_in_arrival_order),
+      T(test_gate_info_counts_every_waiter),
       T(test_gate_waiting_holds_nothing),
       T(test_gate_leave_publishes),
       T(test_gate_wait_honours_probe_and_pause),

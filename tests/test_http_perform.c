@@ -578,6 +578,8 @@ static void test_http_perform_refused_connection_is_transport(void **state) {
    * failure, not a transient answer to queue again for, and nothing is
    * ever published */
   expect_status(r, THROTTLE_CURL_TRANSPORT);
+  /* but a later call may get through: transient, unlike a bad URL */
+  assert_int_equal(throttle_curl_result_transient(r), 1);
   assert_int_equal(throttle_curl_result_attempts(r), 3);
   assert_int_equal(throttle_curl_result_http_status(r), 0);
   assert_int_equal(throttle_curl_result_outcome(r), THROTTLE_OUTCOME_FAILED);

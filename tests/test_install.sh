@@ -106,6 +106,30 @@ check "C, core, static: builds with pkg-config --static alone" 0 $rc
 check "C, core, static: runs with no shared libthrottle" "1.0.0 0 1" "$(./core-static)"
 check "C, core, static: needs no shared library" "" \
   "$(objdump -p core-static | awk '$1=="NEEDED"{print $2}')"
+# The static curl glue, linked as the README's line says (the perform
+# loop pulls in what needs jansson and zlib).
+cat >"$tmp/app/glue-static.c" <<'C'
+#include <throttle_curl.h>
+#include <stdio.h>
+int main(void) {
+  int (*perform)(throttle_t *, CURL *, const char *,
+                 const throttle_curl_policy_t *, throttle_curl_result_t **) =
+      throttle_curl_perform;
+  throttle_curl_policy_t *p = NULL;
+  int rc = throttle_curl_policy_new(&p);
+  printf("%d %d\n", rc, perform != NULL);
+  throttle_curl_policy_free(p);
+  return rc != 0;
+}
+C
+line=$(tr '\n' ' ' <"$top/README.md" | sed -n 's/.*with the static libraries *`\([^`]*\)`.*/\1/p')
+check_true "README gives the static link line" contains "$line" "-lthrottle-curl"
+libs=$(echo "$line" | sed "s|-lthrottle-curl -lthrottle|$D$LIBDIR/libthrottle-curl.a $D$LIBDIR/libthrottle.a|")
+cc -Wall -Werror -I"$D/usr/include" -o glue-static glue-static.c $libs 2>"$tmp/glue.err"
+rc=$?
+[ $rc -eq 0 ] || cat "$tmp/glue.err"
+check "C, curl glue, static: builds with the README's line ($line)" 0 $rc
+check "C, curl glue, static: runs" "0 1" "$(./glue-static)"
 cc -Wall -Werror -o curl-glue curl.c $(pkg-config --cflags --libs libthrottle-curl)
 check "C, curl glue: builds with pkg-config alone (libcurl in Requires)" 0 $?
 check "C, curl glue: runs" "0 7000 1" "$(run_env ./curl-glue)"
@@ -147,6 +171,24 @@ rc=$?
 check "CMake: find_package(libthrottle) and both targets build" 0 $rc
 check "CMake: core runs" "1.0.0 0 1" "$(run_env "$tmp/cm/b/core")"
 check "CMake: curl glue runs" "0 7000 1" "$(run_env "$tmp/cm/b/glue")"
+# The static archives: libthrottle-curl.a's own dependencies come along.
+cp "$tmp/app/glue-static.c" "$tmp/cm/"
+cat >"$tmp/cm/CMakeLists.txt" <<'C'
+cmake_minimum_required(VERSION 3.13)
+project(consumer C)
+set(LIBTHROTTLE_USE_STATIC_LIBS ON)
+find_package(libthrottle 1.0 REQUIRED)
+add_executable(glue-static glue-static.c)
+target_link_libraries(glue-static PRIVATE libthrottle::throttle-curl)
+C
+rm -rf "$tmp/cm/b"
+cmake -S "$tmp/cm" -B "$tmp/cm/b" -DCMAKE_PREFIX_PATH="$D/usr" \
+  -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu >"$tmp/cmake3.log" 2>&1 &&
+  cmake --build "$tmp/cm/b" >>"$tmp/cmake3.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || tail -30 "$tmp/cmake3.log"
+check "CMake, LIBTHROTTLE_USE_STATIC_LIBS: the static curl glue links" 0 $rc
+check "CMake, static: it runs" "0 1" "$("$tmp/cm/b/glue-static")"
 cat >"$tmp/cm/CMakeLists.txt" <<'C'
 cmake_minimum_required(VERSION 3.13)
 project(consumer C)

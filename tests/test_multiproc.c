@@ -295,22 +295,12 @@ static void test_multiproc_crash_mid_repair_recovers(void **state) {
 
 /* ---- the lock timeout --------------------------------------------------- */
 
-static int child_sits_on_mutex(void *p) {
-  struct th_fx *fx = p;
-  throttle_close(fx->h);
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
-  TH_CHILD_CHECK(pthread_mutex_lock(&h->hdr->mutex) == 0);
-  raise(SIGSTOP);
-  return 0; /* never: the parent kills it stopped */
-}
-
 static void test_multiproc_lock_timeout_then_owner_killed(void **state) {
   struct th_fx *fx = fx_of(state);
   assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 200), 0);
   throttle_t *h = th_open(fx);
   uint64_t t0 = publish_abc(h);
-  pid_t pid = th_spawn(fx, child_sits_on_mutex, fx);
+  pid_t pid = th_spawn(fx, th_child_sits_on_mutex, fx);
   th_wait_stopped(fx, pid, HANG_GUARD_MS);
 
   uint64_t m0 = th_mono_ms();
@@ -622,7 +612,7 @@ static void test_multiproc_fail_open_honours_not_before(void **state) {
   throttle_t *h = th_open(fx);
   assert_int_equal(throttle_backoff(h, "k", 1500), 0);
   uint64_t nb = th_now_ns() + 1400 * NS_PER_MS;
-  pid_t pid = th_spawn(fx, child_sits_on_mutex, fx);
+  pid_t pid = th_spawn(fx, th_child_sits_on_mutex, fx);
   th_wait_stopped(fx, pid, HANG_GUARD_MS);
   throttle_ticket_t *t = NULL;
   uint64_t wait_ms = 0;

@@ -35,43 +35,20 @@
 #define HANG_GUARD_MS 30000
 
 static struct th_redis R;
-static char module_path[4200];
 
 static int setup(void **state) { return th_redis_setup(state, &R); }
-
-static int teardown(void **state) {
-  int rc = th_teardown(state);
-  th_redis_cleanup(&R);
-  unsetenv("THROTTLE_LIVENESS_MS");
-  unsetenv("THROTTLE_BACKEND");
-  setenv("THROTTLE_BACKEND_MODULE", module_path, 1);
-  return rc;
-}
+static int teardown(void **state) { return th_redis_teardown(state, &R); }
 
 /* A second host: its own segment, the same Redis. */
 static throttle_t *other_host(struct th_fx *fx) {
-  throttle_config_t *cfg = throttle_config_new();
-  assert_non_null(cfg);
-  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
-  assert_int_equal(throttle_config_set_backend(cfg, R.url), 0);
-  throttle_t *h = NULL;
-  int rc = throttle_open(cfg, &h);
-  throttle_config_free(cfg);
+  int rc;
+  throttle_t *h = th_redis_host(fx, R.url, &rc);
   if (rc != 0)
     fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
   return h;
 }
 
-static int64_t field(throttle_t *h, const char *key, throttle_field_t f) {
-  throttle_info_t *info = NULL;
-  int rc = throttle_info(h, key, &info);
-  if (rc != 0)
-    fail_msg("info %s: %s: %s", key, throttle_err_name(rc),
-             throttle_errmsg(h));
-  int64_t v = throttle_info_get(info, f);
-  throttle_info_free(info);
-  return v;
-}
+#define field th_field
 
 /* Shared between a test and its children. */
 struct shared {
@@ -729,8 +706,6 @@ int main(int argc, char **argv) {
     return 0;
   }
   th_redis_use_module(argv[0]);
-  snprintf(module_path, sizeof module_path, "%s",
-           getenv("THROTTLE_BACKEND_MODULE"));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_redis_open_bad_url_works_on_segment,
                                       setup, teardown),

@@ -34,18 +34,11 @@
 #define LOCKED THROTTLE_OUTCOME_LOCKED
 
 static struct th_redis R;
-static char module_path[4200];
 static char ctl_path[4200];
 
 static int setup(void **state) { return th_redis_setup(state, &R); }
 
-static int teardown(void **state) {
-  int rc = th_teardown(state);
-  th_redis_cleanup(&R);
-  unsetenv("THROTTLE_BACKEND");
-  setenv("THROTTLE_BACKEND_MODULE", module_path, 1);
-  return rc;
-}
+static int teardown(void **state) { return th_redis_teardown(state, &R); }
 
 /* A handle on segment seg; on Redis too unless url is NULL. */
 static throttle_t *open_on(const char *seg, const char *url) {
@@ -517,8 +510,6 @@ int main(int argc, char **argv) {
     return 0;
   }
   th_redis_use_module(argv[0]);
-  snprintf(module_path, sizeof module_path, "%s",
-           getenv("THROTTLE_BACKEND_MODULE"));
   char buf[4096];
   snprintf(buf, sizeof buf, "%s", argv[0]);
   snprintf(ctl_path, sizeof ctl_path, "%s/../throttlectl", dirname(buf));

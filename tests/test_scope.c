@@ -296,6 +296,48 @@ static void test_scope_cold_hold_is_bounded(void **state) {
   assert_true(left > 25000);
 }
 
+/* One rule for the cold hold in every waiting call: the first request of
+ * a cold scope is its probe (throttle_ticket_is_probe), and a wait on a
+ * sibling, by the holder itself or by another process, ends with the
+ * hold's bound as an admission's does, never with the timeout (nor, with
+ * THROTTLE_FOREVER, when the first request's lease lapses). */
+static struct th_gate sibling_go;
+
+static int child_waits_sibling(void *p) {
+  struct kid *k = p;
+  throttle_t *h = child_handle(k->fx, k->i);
+  TH_CHILD_CHECK(h != NULL);
+  th_gate_wait(&sibling_go); /* the parent holds the scope's probe */
+  k->b->rc[k->i] = throttle_wait(h, "ws1/items", 8000);
+  throttle_close(h);
+  return 0;
+}
+
+static void test_scope_cold_hold_bounds_every_wait(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  struct board *b = board_new();
+  throttle_ticket_t *t, *u;
+  /* forked before the parent holds anything: its own handle, then go */
+  th_gate_init(&sibling_go);
+  struct kid k = {fx, b, 1, THROTTLE_CLASS_LIVE};
+  pid_t pid = th_spawn(fx, child_waits_sibling, &k);
+  assert_int_equal(try_in(h, "ws1/orders", &t), 0);
+  assert_int_equal(throttle_ticket_is_probe(t), 1); /* the scope's probe */
+  assert_int_equal(try_in(h, "ws1/items", &u), THROTTLE_EWOULDBLOCK);
+  th_gate_open(&sibling_go);
+  /* the holder's own wait on a sibling: the bound, not its own answer */
+  assert_int_equal(throttle_wait(h, "ws1/items", 8000), 0);
+  th_reap_ok(fx, pid, HANG_GUARD_MS);
+  assert_int_equal(b->rc[1], 0);
+  assert_int_equal(try_in(h, "ws1/items", &u), 0); /* as enter says */
+  assert_int_equal(throttle_ticket_is_probe(u), 0);
+  assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_gate_close(&sibling_go);
+  munmap(b, sizeof *b);
+}
+
 /* A handle that publishes 429 and 503 on the key keeps every table
  * independent: no scope record, no first request for the scope. */
 static void test_scope_cold_rule_only_where_signals_go(void **state) {
@@ -403,6 +445,63 @@ static void test_scope_clear_wakes_keys_beneath(void **state) {
   for (int i = 0; i < NTABLES; i++)
     assert_int_equal(b->rc[i], 0);
   assert_true(th_mono_ms() - m0 < 10000); /* not the 30 s */
+  munmap(b, sizeof *b);
+}
+
+/* 429 and 503 on the key: no scope record is ever made for a handle so
+ * configured (the cold-scope rule is where signals go). */
+static int publish_on_key(throttle_t *h) {
+  int rc = throttle_set_publish_level(h, THROTTLE_OUTCOME_RATE_LIMITED,
+                                      THROTTLE_LEVEL_KEY);
+  return rc != 0 ? rc
+                 : throttle_set_publish_level(h, THROTTLE_OUTCOME_UNAVAILABLE,
+                                              THROTTLE_LEVEL_KEY);
+}
+
+/* Enter table i with signals published on the key (no scope record). */
+static int child_enters_key_only(void *p) {
+  struct kid *k = p;
+  throttle_t *h = child_handle(k->fx, k->i);
+  TH_CHILD_CHECK(h != NULL);
+  TH_CHILD_CHECK(publish_on_key(h) == 0);
+  throttle_ticket_t *t = NULL;
+  k->b->rc[k->i] = throttle_enter(h, tables[k->i], k->cls, HANG_GUARD_MS, &t);
+  if (k->b->rc[k->i] == 0)
+    TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* Tables that publish on themselves leave their scope without a record:
+ * resume, clear and cancel on the scope still reach every key beneath
+ * (cancel ends its waiters), and only a name with nothing at or beneath
+ * it is an unknown key. */
+static void test_scope_commands_reach_keys_without_scope_record(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(publish_on_key(h), 0);
+  struct board *b = board_new();
+  assert_int_equal(throttle_set_max_parallel(h, tables[0], 1), 0);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_try_enter(h, tables[0], THROTTLE_CLASS_LIVE, &t,
+                                      NULL),
+                   0);
+  struct kid k = {fx, b, 0, THROTTLE_CLASS_LIVE};
+  pid_t pid = th_spawn(fx, child_enters_key_only, &k);
+  th_wait_field(h, tables[0], THROTTLE_FIELD_WAITING_LIVE, 1, 5000);
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(h, "ws1", &info), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_resume(h, "ws1"), 0);
+  assert_int_equal(throttle_clear(h, "ws1"), 0);
+  assert_int_equal(th_field(h, tables[0], THROTTLE_FIELD_WAITING_LIVE), 1);
+  assert_int_equal(throttle_cancel(h, "ws1"), 0);
+  th_reap_ok(fx, pid, HANG_GUARD_MS + 5000);
+  assert_int_equal(b->rc[0], THROTTLE_ECANCELED);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_cancel(h, "ws9"), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_cancel(h, "ws"), THROTTLE_ENOKEY); /* no '/' */
+  assert_int_equal(throttle_clear(h, "ws9"), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_resume(h, "ws9"), THROTTLE_ENOKEY);
   munmap(b, sizeof *b);
 }
 
@@ -543,17 +642,23 @@ static void test_scope_admission_sees_later_scope_changes(void **state) {
   assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
   /* the pool gone again, and quiet: an admission granted then takes no
-   * place, and one held across the pool's return leaves none behind */
+   * place; one held across the pool's return is counted by it (the new
+   * cap counts what is in flight) and its leave leaves none behind */
   assert_int_equal(throttle_set_max_parallel(h, "ws1", 0), 0);
   quiet_admissions(h, key);
   assert_int_equal(throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL),
                    0);
   assert_int_equal(throttle_set_max_parallel(h, "ws1", 1), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
   assert_int_equal(throttle_try_enter(h, "ws1/items", THROTTLE_CLASS_LIVE, &u,
                                       NULL),
                    0);
   assert_int_equal(throttle_leave(h, u, THROTTLE_OUTCOME_OK, 0), 0);
-  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(th_field(h, "ws1", THROTTLE_FIELD_IN_FLIGHT), 0);
 }
 
@@ -803,11 +908,13 @@ int main(void) {
       T(test_scope_cold_scope_refused_holds_its_retry_after),
       T(test_scope_cold_scope_opens_on_any_answer),
       T(test_scope_cold_hold_is_bounded),
+      T(test_scope_cold_hold_bounds_every_wait),
       T(test_scope_cold_rule_only_where_signals_go),
       T(test_scope_dead_probe_is_reclaimed),
       T(test_scope_pause_holds_every_key_until_resume),
       T(test_scope_cancel_reaches_every_key),
       T(test_scope_clear_wakes_keys_beneath),
+      T(test_scope_commands_reach_keys_without_scope_record),
       T(test_scope_signals_go_where_meant_by_default),
       T(test_scope_publish_level_is_configurable),
       T(test_scope_open_path_sees_later_scope_backoff),

@@ -23,7 +23,9 @@
 
 #define NTHREADS 4
 #define NHOT 3
-#define CAPACITY 8
+/* the hot and mono keys (7, kept while in their lock episodes), and room
+ * for every thread's churn */
+#define CAPACITY 16
 #define MAX_DELAY_MS 200
 #define RUN_MS 500
 #define SEED_BASE UINT64_C(0x7412ead5)
@@ -131,9 +133,12 @@ static void *work(void *p) {
     default:
       snprintf(key, sizeof key, "churn%d-%llu", w->id,
                (unsigned long long)w->churned++);
-      rc = throttle_backoff(h, key, 0); /* idle at once: evictable */
+      rc = throttle_backoff(h, key, 0); /* seen once, */
       if (rc != 0)
         record(w, "backoff", key, rc, 0);
+      rc = throttle_clear(h, key); /* idle at once: evictable */
+      if (rc != 0 && rc != THROTTLE_ENOKEY)
+        record(w, "clear", key, rc, 0);
       rc = throttle_remaining(h, key, &ms);
       if (rc != 0 || ms != 0)
         record(w, "remaining", key, rc, ms);

@@ -31,10 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "internal.h" /* the segment mutex, for the lock-timeout test */
 
 #define MAX_ARGS 40
 /* Ends the argument lists of ctl() and ctl_spawn(). */
@@ -250,6 +253,40 @@ struct seg {
   char dir[64];   /* scratch directory, removed with its files */
 };
 
+/* A child process (named name, when not NULL) that opens seg's segment
+ * with the library, runs act(h, key), and then sits until it is killed;
+ * returned once act has succeeded (the test fails if it did not). */
+static pid_t spawn_segment_child(const struct seg *s, const char *name,
+                                 int (*act)(throttle_t *h, const char *key),
+                                 const char *key) {
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    throttle_config_t *cfg = throttle_config_new();
+    throttle_t *h = NULL;
+    if (name != NULL)
+      (void)prctl(PR_SET_NAME, name);
+    if (cfg == NULL || throttle_config_set_segment(cfg, s->name) != 0 ||
+        throttle_open(cfg, &h) != 0 || !throttle_is_shared(h) ||
+        act(h, key) != 0)
+      _exit(1);
+    (void)!write(ready[1], "x", 1);
+    for (;;)
+      pause(); /* killed by the parent */
+  }
+  close(ready[1]);
+  char x;
+  bool ok = read(ready[0], &x, 1) == 1;
+  close(ready[0]);
+  if (!ok) {
+    waitpid(pid, NULL, 0);
+    fail_msg("the child could not open the segment or act on it");
+  }
+  return pid;
+}
+
 static int setup(void **state) {
   static int n;
   struct seg *s = calloc(1, sizeof *s);
@@ -422,6 +459,55 @@ static void test_throttlectl_backoff_accepts_decimal_seconds(void **state) {
   result_free(&r);
 }
 
+/* One duration syntax wherever a length of time is taken: RETRY_AFTER,
+ * --timeout, max-delay, the PERIOD of --rate; refused with the reason. */
+static void test_throttlectl_durations_everywhere(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  static const struct {
+    const char *key, *given;
+    long long ms;
+  } backoffs[] = {{"d1", "1.5s", 1500}, {"d2", "250ms", 250},
+                  {"d3", "2m", 120000}, {"d4", "1m30s", 90000},
+                  {"d5", "7", 7000}};
+  for (size_t i = 0; i < sizeof backoffs / sizeof backoffs[0]; i++) {
+    assert_status(&r,
+                  ctl(&r, s->name, "backoff", backoffs[i].key,
+                      backoffs[i].given, END),
+                  0);
+    result_free(&r);
+    assert_status(&r, ctl(&r, s->name, "show", backoffs[i].key, "--json", END),
+                  0);
+    assert_int_equal(json_int(r.out, "last_delay_ms"), backoffs[i].ms);
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "wait", "d3", "--timeout", "100ms", END),
+                75);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "max-delay", "1h", END), 0);
+  assert_string_equal(r.out, "3600.000\n");
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "max-delay", "8d", END), 64);
+  assert_non_null(strstr(r.err, "out of range"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "set", "d1", "--rate", "10/1m30s", END),
+                0);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "d1", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "rate_period_ms"), 90000);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "wait", "d1", "--timeout", "5x", END), 64);
+  assert_non_null(strstr(r.err, "--timeout: '5x' is not a duration: unknown "
+                                "unit 'x'"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "backoff", "d1", "1h30", END), 64);
+  assert_non_null(strstr(r.err, "'30' needs a unit"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "watch", "--interval", "1 s", END), 64);
+  assert_non_null(strstr(r.err, "no spaces"));
+  result_free(&r);
+}
+
 static void test_throttlectl_ls_table_lists_key(void **state) {
   struct seg *s = *state;
   struct result r;
@@ -504,21 +590,45 @@ static void test_throttlectl_ls_json_parses(void **state) {
   result_free(&r);
 }
 
+/* Overwrite the bytes of key where the segment holds them (its record)
+ * with as many others: what a writer outside the library can do. */
+static void forge_key_bytes(const char *seg, const char *key,
+                            const char *bytes) {
+  char path[256];
+  snprintf(path, sizeof path, "/dev/shm%s", seg);
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  char *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd, 0);
+  close(fd);
+  assert_true(base != MAP_FAILED);
+  char *at = memmem(base, (size_t)st.st_size, key, strlen(key) + 1);
+  assert_non_null(at);
+  memcpy(at, bytes, strlen(key));
+  munmap(base, (size_t)st.st_size);
+}
+
+/* Keys with control bytes are refused (exit 64); one that a writer
+ * outside the library put in the segment is still shown escaped. */
 static void test_throttlectl_json_escapes_keys(void **state) {
   struct seg *s = *state;
   struct result r;
   const char *key = "q\"uo\\te\ttab\x01 caf\xc3\xa9";
-  assert_status(&r, ctl(&r, s->name, "backoff", key, "5", END), 0);
+  assert_status(&r, ctl(&r, s->name, "backoff", key, "5", END), 64);
   result_free(&r);
+  const char *printable = "q\"uo\\te_tab_ caf\xc3\xa9";
+  assert_status(&r, ctl(&r, s->name, "backoff", printable, "5", END), 0);
+  result_free(&r);
+  forge_key_bytes(s->name, printable, key);
   assert_status(&r, ctl(&r, s->name, "ls", "--json", END), 0);
   assert_non_null(
       strstr(r.out, "\"key\":\"q\\\"uo\\\\te\\u0009tab\\u0001 caf\xc3\xa9\""));
   if (have_python)
     assert_int_equal(python_json(r.out, PY_HAS_KEY, key), 0);
   result_free(&r);
-  assert_status(&r, ctl(&r, s->name, "show", key, "--json", END), 0);
-  if (have_python)
-    assert_int_equal(python_json(r.out, PY_HAS_KEY, key), 0);
+  assert_status(&r, ctl(&r, s->name, "show", key, "--json", END), 64);
   result_free(&r);
   /* The text forms show control bytes escaped, never raw. */
   assert_status(&r, ctl(&r, s->name, "ls", END), 0);
@@ -607,6 +717,29 @@ static void test_throttlectl_clear_unknown_key_exits_1(void **state) {
   result_free(&r);
 }
 
+/* Another process holds the segment mutex and never lets go (stopped):
+ * every command that needs the mutex ends with the library's lock
+ * timeout, which is transient (75): the holder may be a slow process, or
+ * a dead one the next try repairs. */
+static int sit_on_mutex(throttle_t *h, const char *key) {
+  (void)key;
+  return pthread_mutex_lock(&h->hdr->mutex) == 0 ? 0 : -1;
+}
+
+static void test_throttlectl_lock_timeout_exits_75(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "backoff", "k", "1", END), 0);
+  result_free(&r);
+  pid_t pid = spawn_segment_child(s, NULL, sit_on_mutex, "k");
+  (void)ctl(&r, s->name, "backoff", "k", "5", END);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  assert_status(&r, r.status, 75);
+  assert_non_null(strstr(r.err, "mutex"));
+  result_free(&r);
+}
+
 static void test_throttlectl_usage_errors_exit_64(void **state) {
   struct seg *s = *state;
   char long_key[257];
@@ -668,12 +801,12 @@ static void test_throttlectl_set_bad_values_exit_64(void **state) {
       {"set", "k", "--rate", "5/0ms", NULL},
       {"set", "k", "--rate", "x/1s", NULL},
       {"set", "k", "--rate", "0/1s", NULL},
-      {"set", "k", "--rate", "5/1d", NULL},
+      {"set", "k", "--rate", "5/1w", NULL},
       {"set", "k", "--rate", "5/8785h", NULL}, /* 366 days and an hour */
       {"set", "k", "--rate", "2000000/1s", NULL},
       {"set", "k", "--rate", "/1s", NULL},
       {"set", "k", "--rate", "5/", NULL},
-      {"set", "k", "--rate", "5/1.5ms", NULL},
+      {"set", "k", "--rate", "5/1.5us", NULL},
       {"set", "k", "--backfill-share", "1.5", NULL},
       {"set", "k", "--backfill-share", "-0.5", NULL},
       {"set", "k", "--backfill-share", "half", NULL},
@@ -803,6 +936,91 @@ static void test_throttlectl_ls_shows_flight_wait_and_state(void **state) {
   result_free(&r);
 }
 
+/* Takes key's only slot (its cap set to 1) and keeps it. */
+static int hold_only_slot(throttle_t *h, const char *key) {
+  throttle_ticket_t *t = NULL;
+  if (throttle_set_max_parallel(h, key, 1) != 0)
+    return -1;
+  return throttle_enter(h, key, THROTTLE_CLASS_LIVE, 0, &t);
+}
+
+/* Holders are shown with their process name: show, show --json, and
+ * watch (which shows holders at all). */
+static void test_throttlectl_holders_by_name(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  pid_t pid = spawn_segment_child(s, "hold-by-name", hold_only_slot, "named");
+  char pidtext[32];
+  snprintf(pidtext, sizeof pidtext, "%ld", (long)pid);
+  int st = ctl(&r, s->name, "show", "named", END);
+  bool text_ok = st == 0 && strstr(r.out, "COMMAND") != NULL &&
+                 strstr(r.out, "hold-by-name") != NULL;
+  if (!text_ok)
+    dump(&r);
+  result_free(&r);
+  st = ctl(&r, s->name, "show", "named", "--json", END);
+  bool json_ok = st == 0 && strstr(r.out, "\"comm\":\"hold-by-name\"") != NULL;
+  if (!json_ok)
+    dump(&r);
+  result_free(&r);
+  /* watch on a pipe prints a block per refresh: the first is enough. */
+  struct proc p;
+  ctl_spawn(&p, s->name, "watch", "--interval", "100ms", END);
+  char buf[8192];
+  size_t n = 0;
+  bool watch_ok = false;
+  uint64_t until = mono_ns() + UINT64_C(20000000000);
+  while (!watch_ok && n < sizeof buf - 1 && mono_ns() < until) {
+    struct pollfd pf = {.fd = p.out, .events = POLLIN};
+    if (poll(&pf, 1, 1000) <= 0)
+      continue;
+    ssize_t k = read(p.out, buf + n, sizeof buf - 1 - n);
+    if (k <= 0)
+      break;
+    n += (size_t)k;
+    buf[n] = 0;
+    char want[64];
+    snprintf(want, sizeof want, "%s hold-by-name", pidtext);
+    watch_ok = strstr(buf, "HOLDERS") != NULL && strstr(buf, want) != NULL;
+  }
+  kill(p.pid, SIGTERM);
+  finish(&p, &r);
+  result_free(&r);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  if (!watch_ok)
+    print_message("watch printed:\n%s\n", buf);
+  assert_true(text_ok);
+  assert_true(json_ok);
+  assert_true(watch_ok);
+}
+
+/* ls PATTERN...: the keys matching any shell pattern ('*' crosses '/'). */
+static void test_throttlectl_ls_patterns(void **state) {
+  struct seg *s = *state;
+  struct result r;
+  const char *keys[] = {"hot:ws1/orders", "hot:ws1/items", "cold:ws2/x"};
+  for (size_t i = 0; i < 3; i++) {
+    assert_status(&r, ctl(&r, s->name, "backoff", keys[i], "30", END), 0);
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "ls", "hot:*", END), 0);
+  assert_non_null(strstr(r.out, "hot:ws1/orders"));
+  assert_non_null(strstr(r.out, "hot:ws1/items"));
+  assert_null(strstr(r.out, "cold:"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "ls", "*/ord*", "cold:ws2/?", "--json",
+                        END),
+                0);
+  assert_non_null(strstr(r.out, "\"hot:ws1/orders\""));
+  assert_non_null(strstr(r.out, "\"cold:ws2/x\""));
+  assert_null(strstr(r.out, "items"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "ls", "nothing*", END), 0);
+  assert_null(strstr(r.out, "ws1"));
+  result_free(&r);
+}
+
 static void test_throttlectl_pause_holds_run_until_resume(void **state) {
   struct seg *s = *state;
   struct result r;
@@ -859,6 +1077,43 @@ static void test_throttlectl_cancel_ends_waiting_run(void **state) {
   result_free(&r);
   assert_status(&r, ctl(&r, s->name, "cancel", "unknown", END), 1);
   assert_non_null(strstr(r.err, "no such key"));
+  result_free(&r);
+}
+
+/* A key has 32 participant slots: 35 callers waiting on a paused key are
+ * all counted, 32 are listed, and show (text and JSON) says how many it
+ * left out; a cancel ends them all, those beyond the slots too. */
+static void test_throttlectl_show_counts_waiters_it_does_not_list(
+    void **state) {
+  struct seg *s = *state;
+  struct result r;
+  assert_status(&r, ctl(&r, s->name, "pause", "q", END), 0);
+  result_free(&r);
+  enum { N = 35 };
+  struct proc w[N];
+  for (int i = 0; i < N; i++) {
+    ctl_spawn(&w[i], s->name, "run", "q", "--timeout", "60", "--", "true",
+              END);
+    wait_field(s, "q", "waiting_live", i + 1);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "waiting_live"), N);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), N - 32);
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "show", "q", END), 0);
+  assert_non_null(strstr(r.out, "\nwaiters not listed: 3\n"));
+  result_free(&r);
+  assert_status(&r, ctl(&r, s->name, "cancel", "q", END), 0);
+  result_free(&r);
+  for (int i = 0; i < N; i++) {
+    finish(&w[i], &r);
+    assert_status(&r, r.status, 1); /* canceled, not timed out */
+    result_free(&r);
+  }
+  assert_status(&r, ctl(&r, s->name, "show", "q", "--json", END), 0);
+  assert_int_equal(json_int(r.out, "canceled"), N);
+  assert_int_equal(json_int(r.out, "waiting_live"), 0);
+  assert_int_equal(json_int(r.out, "waiters_unlisted"), 0);
   result_free(&r);
 }
 
@@ -1064,12 +1319,12 @@ static void test_throttlectl_run_holder_is_the_run_process(void **state) {
   assert_non_null(strstr(row, " 1/1 "));
   result_free(&r);
 
-  char pid[32];
+  char pid[64];
   snprintf(pid, sizeof pid, "\"holders\":[{\"pid\":%ld,", (long)holder.pid);
   assert_status(&r, ctl(&r, s->name, "show", "k", "--json", END), 0);
   assert_non_null(strstr(r.out, pid)); /* throttlectl's pid, not CMD's */
   assert_non_null(strstr(r.out, "\"class\":\"backfill\""));
-  assert_non_null(strstr(r.out, "\"probe\":false}]"));
+  assert_non_null(strstr(r.out, "\"probe\":false,\"comm\":\"throttlectl\"}]"));
   if (have_python) {
     static const char check[] =
         "import json,sys\n"
@@ -1087,11 +1342,11 @@ static void test_throttlectl_run_holder_is_the_run_process(void **state) {
   assert_non_null(strstr(r.out, pid));
   result_free(&r);
 
-  /* Human form: a holders section with pid and class. */
+  /* Human form: a holders section with pid, process name and class. */
   assert_status(&r, ctl(&r, s->name, "show", "k", END), 0);
   const char *h = strstr(r.out, "\nholders:\n");
   assert_non_null(h);
-  snprintf(pid, sizeof pid, "%ld  backfill", (long)holder.pid);
+  snprintf(pid, sizeof pid, "%ld  throttlectl  backfill", (long)holder.pid);
   assert_non_null(strstr(h, pid));
   result_free(&r);
 
@@ -1320,7 +1575,7 @@ static void test_throttlectl_help_and_version(void **state) {
   assert_non_null(strstr(r.out, "backoff KEY RETRY_AFTER"));
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "wait", "--help", END), 0);
-  assert_non_null(strstr(r.out, "--timeout SEC"));
+  assert_non_null(strstr(r.out, "--timeout DURATION"));
   result_free(&r);
   assert_status(&r, ctl(&r, NULL, "--help", END), 0);
   const char *cmds[] = {"set KEY", "pause KEY", "resume KEY", "cancel KEY",
@@ -1362,6 +1617,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_throttlectl_backoff_then_show_json),
       T(test_throttlectl_backoff_accepts_decimal_seconds),
+      T(test_throttlectl_durations_everywhere),
       T(test_throttlectl_ls_table_lists_key),
       T(test_throttlectl_ls_without_keys_prints_only_header),
       T(test_throttlectl_ls_json_parses),
@@ -1371,13 +1627,17 @@ int main(void) {
       T(test_throttlectl_clear_releases_waiter),
       T(test_throttlectl_reset_opens_every_key),
       T(test_throttlectl_clear_unknown_key_exits_1),
+      T(test_throttlectl_lock_timeout_exits_75),
       T(test_throttlectl_usage_errors_exit_64),
       T(test_throttlectl_set_bad_values_exit_64),
       T(test_throttlectl_set_max_parallel_fixed_then_auto),
       T(test_throttlectl_set_rate_and_backfill_share),
       T(test_throttlectl_ls_shows_flight_wait_and_state),
+      T(test_throttlectl_holders_by_name),
+      T(test_throttlectl_ls_patterns),
       T(test_throttlectl_pause_holds_run_until_resume),
       T(test_throttlectl_cancel_ends_waiting_run),
+      T(test_throttlectl_show_counts_waiters_it_does_not_list),
       T(test_throttlectl_run_passes_on_permanent_status),
       T(test_throttlectl_run_retries_locked_then_gives_up),
       T(test_throttlectl_run_succeeds_on_second_attempt),

@@ -7,7 +7,8 @@
  * tables); ctl_keys.c `ls` and `show`; ctl_backoff.c `backoff`, `wait`,
  * `clear`, `reset` and `max-delay`; ctl_control.c `set`, `pause`,
  * `resume` and `cancel`; ctl_run.c `run`; ctl_http.c `http`; ctl_check.c
- * the checks of option values; ctl_segments.c `segments` and read-only
+ * the checks of option values; ctl_duration.c the one duration
+ * syntax; ctl_env.c the environment; ctl_segments.c `segments` and read-only
  * opening; ctl_watch.c `watch`; ctl_metrics.c `metrics`.  Names shared
  * between these files start with ctl_.
  */
@@ -134,8 +135,12 @@ struct ctx {
 /* "throttlectl: " + message + newline on stderr. */
 void ctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A library failure on c->h: say it with the segment name, and return the
- * exit status for it (EKEY 64, ETIMEDOUT 75, else 1). */
+ * exit status for it (ctl_exit_for()). */
 int ctl_lib_fail(struct ctx *c, int rc);
+/* The exit status for a library code: 0 for 0, 64 for EKEY, 75 for the
+ * transient ones (ETIMEDOUT, ELOCKTIMEOUT, EINITTIMEOUT, EWOULDBLOCK: the
+ * same call may succeed later), 1 for the rest. */
+int ctl_exit_for(int rc);
 
 /* ---- parsing (throttlectl.c) ------------------------------------------ */
 
@@ -143,9 +148,15 @@ int ctl_lib_fail(struct ctx *c, int rc);
  * and XIT_USAGE to return. */
 int ctl_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Seconds as "N" or "N.F" to milliseconds, rounded up, saturating.
- * Returns 0, or -1 when s is not such a number. */
-int ctl_parse_seconds(const char *s, uint64_t *ms);
+/* ctl_duration.c: a duration ("30" seconds, "250ms", "1.5s", "5m",
+ * "1h30m", "2d") to milliseconds, rounded up, saturating.  Returns 0, or
+ * -1 with what is wrong in why (len bytes; may be NULL). */
+int ctl_parse_duration(const char *s, uint64_t *ms, char *why, size_t len);
+/* The same for an argument: a usage error naming what ("--timeout") and
+ * saying why unless it is a duration from min_ms to max_ms (UINT64_MAX:
+ * no bound).  Returns 0 or XIT_USAGE. */
+int ctl_check_duration(struct ctx *c, const char *what, const char *s,
+                       uint64_t min_ms, uint64_t max_ms, uint64_t *ms);
 /* A whole number of digits only, min..max.  Returns 0 or -1. */
 int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Checks of the options set, run and http share; each returns 0 or
@@ -200,6 +211,12 @@ void ctl_json_key(FILE *f, const char *key);
 void ctl_warn_clamped(const char *what, const char *given, const char *used);
 /* "live", "backfill". */
 const char *ctl_class_name(throttle_class_t cls);
+/* The name of process pid on this host (/proc/PID/comm), made safe for a
+ * terminal, into buf; "" when it cannot be read (gone, hidden, another
+ * PID namespace's pid).  A pid reused since it was recorded names the
+ * new process: a hint for an operator, never evidence of who holds. */
+#define CTL_COMM_MAX 64
+const char *ctl_comm(int64_t pid, char *buf, size_t len);
 
 /* A text table: cells are copied; widths come from the data.  The first
  * row is the header.  Columns are separated by two spaces; the last column
@@ -214,6 +231,16 @@ int ctl_table_add(struct ctl_table *t, char *const *row); /* 0 or -1 */
 void ctl_table_print(FILE *f, const struct ctl_table *t, const char *indent);
 void ctl_table_free(struct ctl_table *t);
 
+/* ---- the environment (ctl_env.c) --------------------------------------- */
+
+/* Every variable libthrottle or throttlectl reads, NULL-terminated. */
+struct ctl_env {
+  const char *name, *meaning;
+};
+extern const struct ctl_env ctl_env_vars[];
+/* A warning for each THROTTLE_* variable set that nothing reads. */
+void ctl_env_check(void);
+
 /* ---- commands in their own files -------------------------------------- */
 
 /* ctl_keys.c: every key's fields (no holders) and the segment's figures,
@@ -221,6 +248,9 @@ void ctl_table_free(struct ctl_table *t);
 struct ctl_key {
   char key[KEY_MAX + 1];
   int64_t f[THROTTLE_FIELD_COUNT_];
+  /* Its holders as "PID COMM" (this host) or "PID@HOST", comma-separated,
+   * "+N" for those that did not fit; "-" for none. */
+  char holders[128];
 };
 struct ctl_keys {
   struct ctl_key *v; /* in key order */

@@ -9,12 +9,8 @@
 #include "ctl.h"
 
 int ctl_check_backoff(struct ctx *c) {
-  if (ctl_parse_seconds(c->args[1], &c->ms) != 0)
-    return ctl_usage_error(c->cmd,
-                           "RETRY_AFTER must be a non-negative number of "
-                           "seconds such as 5 or 1.5, not '%s'",
-                           c->args[1]);
-  return 0;
+  return ctl_check_duration(c, "RETRY_AFTER", c->args[1], 0, UINT64_MAX,
+                            &c->ms);
 }
 
 int ctl_cmd_backoff(struct ctx *c) {
@@ -40,16 +36,12 @@ int ctl_cmd_reset(struct ctx *c) {
   return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
 }
 
-/* max-delay SEC: 1 ms to 7 days, as the library takes it. */
+/* max-delay DURATION: 1 ms to 7 days, as the library takes it. */
 int ctl_check_max_delay(struct ctx *c) {
   if (c->nargs == 0)
     return 0;
-  if (ctl_parse_seconds(c->args[0], &c->ms) != 0 || c->ms == 0 ||
-      c->ms > UINT64_C(7) * 86400000u)
-    return ctl_usage_error(c->cmd, "%s: give seconds, more than 0 and at "
-                                   "most 604800 (7 days)",
-                           c->args[0]);
-  return 0;
+  return ctl_check_duration(c, "max-delay", c->args[0], 1,
+                            UINT64_C(7) * 86400000u, &c->ms);
 }
 
 /* The segment's maximum delay, in seconds (a process's own

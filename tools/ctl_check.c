@@ -16,11 +16,9 @@
 int ctl_check_timeout(struct ctx *c) {
   c->timeout_ms = THROTTLE_FOREVER;
   const char *t = c->opt[OPT_TIMEOUT];
-  if (t != NULL && ctl_parse_seconds(t, &c->timeout_ms) != 0)
-    return ctl_usage_error(c->cmd,
-                           "--timeout must be a non-negative number of "
-                           "seconds such as 30 or 0.5, not '%s'",
-                           t);
+  if (t != NULL)
+    return ctl_check_duration(c, "--timeout", t, 0, UINT64_MAX,
+                              &c->timeout_ms);
   return 0;
 }
 
@@ -123,34 +121,6 @@ int ctl_check_max_parallel(struct ctx *c) {
 #define RATE_N_MAX 1000000u /* keeps period / N at 1 ns or more */
 #define PERIOD_MAX_MS (UINT64_C(366) * 86400000u) /* the library's limit */
 
-/* "500ms", "1s", "1.5s", "1m", "1h", or bare seconds ("120") to ms;
- * saturates.  Returns 0 or -1. */
-static int parse_period(const char *s, uint64_t *ms) {
-  static const struct {
-    const char *unit;
-    uint64_t s; /* seconds per unit; 0: the number is milliseconds */
-  } units[] = {{"ms", 0}, {"s", 1}, {"m", 60}, {"h", 3600}, {"", 1}};
-  size_t len = strlen(s);
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    size_t k = strlen(units[i].unit);
-    if (len <= k || strcmp(s + len - k, units[i].unit) != 0)
-      continue;
-    char num[32];
-    if (len - k >= sizeof num)
-      return -1;
-    memcpy(num, s, len - k);
-    num[len - k] = 0;
-    if (units[i].s == 0)
-      return ctl_parse_uint(num, 0, UINT64_MAX, ms);
-    uint64_t v;
-    if (ctl_parse_seconds(num, &v) != 0)
-      return -1;
-    *ms = v > UINT64_MAX / units[i].s ? UINT64_MAX : v * units[i].s;
-    return 0;
-  }
-  return -1;
-}
-
 int ctl_check_rate(struct ctx *c) {
   const char *v = c->opt[OPT_RATE];
   if (v == NULL)
@@ -167,19 +137,17 @@ int ctl_check_rate(struct ctx *c) {
   if (ok) {
     memcpy(num, v, (size_t)(slash - v));
     num[slash - v] = 0;
-    ok = ctl_parse_uint(num, 1, RATE_N_MAX, &n) == 0 &&
-         parse_period(slash + 1, &ms) == 0;
+    ok = ctl_parse_uint(num, 1, RATE_N_MAX, &n) == 0;
   }
   if (!ok)
     return ctl_usage_error(c->cmd,
                            "--rate must be N/PERIOD with N 1 to %u (e.g. "
                            "120/1m, 5/500ms, 10/1) or off, not '%s'",
                            RATE_N_MAX, v);
-  if (ms == 0 || ms > PERIOD_MAX_MS)
-    return ctl_usage_error(c->cmd,
-                           "--rate: the period must be 1 ms to 366 days, not "
-                           "'%s'",
-                           slash + 1);
+  int rc = ctl_check_duration(c, "--rate: the PERIOD", slash + 1, 1,
+                              PERIOD_MAX_MS, &ms);
+  if (rc != 0)
+    return rc;
   c->rate_n = (uint32_t)n;
   c->rate_period_ms = ms;
   return 0;
@@ -243,4 +211,23 @@ uint64_t ctl_warn_max_delay(struct ctx *c, const char *what, const char *given,
     ctl_warn_clamped(what, given, used);
   }
   return max;
+}
+int ctl_check_duration(struct ctx *c, const char *what, const char *s,
+                       uint64_t min_ms, uint64_t max_ms, uint64_t *ms) {
+  char why[128];
+  if (ctl_parse_duration(s, ms, why, sizeof why) != 0)
+    return ctl_usage_error(c->cmd,
+                           "%s: '%s' is not a duration: %s (e.g. 250ms, 1.5s, "
+                           "30 (seconds), 5m, 1h30m)",
+                           what, s, why);
+  if (*ms < min_ms || *ms > max_ms) {
+    char lo[32], hi[32];
+    return ctl_usage_error(c->cmd, "%s: '%s' is out of range: %s to %s", what,
+                           s, ctl_human_ms((int64_t)min_ms, false, lo, sizeof lo),
+                           max_ms == UINT64_MAX
+                               ? "any length"
+                               : ctl_human_ms((int64_t)max_ms, false, hi,
+                                              sizeof hi));
+  }
+  return 0;
 }

@@ -34,10 +34,13 @@
  * bodies) goes through ctl_text_put() (ctl_out.c).
  *
  * Exit statuses follow `run`: 0 for a 2xx answer, 1 for a permanent one,
- * a transport error that re-sending does not mend (bad URL, refused
- * scheme, -o not writable) and a cancel (`throttlectl cancel` sends every
- * waiter home; a job runner that re-queued on 75 would undo it), 75 when
- * still transient at the retry budget or the deadline.
+ * a transport error that re-sending does not mend (certificate, -o not
+ * writable, a 2xx cut short) and a cancel (`throttlectl cancel` sends
+ * every waiter home; a job runner that re-queued on 75 would undo it), 75
+ * when still transient at the retry budget or the deadline: a transient
+ * answer (lock, 429, 503, 5xx) or a transport error re-sent for
+ * (connection refused, reset, timed out), so that "75: queue it again"
+ * loses nothing.  A URL that is not an http(s) URL is a usage error (64).
  */
 #include "ctl.h"
 
@@ -194,6 +197,41 @@ static int read_body(struct ctx *c) {
   return 0;
 }
 
+/* The URL as libcurl's own parser reads it: an http or https URL with a
+ * host, scheme written out.  curl itself would guess "http://" for
+ * "notaurl" and fail to resolve it, a transient transport error; a URL
+ * that cannot be one is the caller's mistake, told before anything is
+ * sent or opened. */
+static int check_url(struct ctx *c, const char *url) {
+  CURLU *u = curl_url();
+  if (u == NULL) {
+    ctl_say("out of memory");
+    return XIT_FAIL;
+  }
+  char *scheme = NULL, *host = NULL;
+  CURLUcode e = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+  if (e == CURLUE_OK)
+    e = curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+  if (e == CURLUE_OK)
+    e = curl_url_get(u, CURLUPART_HOST, &host, 0);
+  int rc = 0;
+  char t[KEY_TEXT_MAX];
+  ctl_key_text(url, t, sizeof t);
+  if (e != CURLUE_OK)
+    rc = ctl_usage_error(c->cmd, "'%s' is not a URL (%s); give "
+                                 "http://HOST/... or https://HOST/...",
+                         t, curl_url_strerror(e));
+  else if (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)
+    rc = ctl_usage_error(c->cmd, "'%s': scheme %s is not http or https", t,
+                         scheme);
+  else if (*host == 0)
+    rc = ctl_usage_error(c->cmd, "'%s' has no host", t);
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return rc;
+}
+
 int ctl_check_http(struct ctx *c) {
   int rc = ctl_check_class(c);
   if (rc == 0)
@@ -219,6 +257,8 @@ int ctl_check_http(struct ctx *c) {
     return ctl_usage_error(c->cmd, "-o needs a file name");
   if (c->nargs < 2)
     return ctl_usage_error(c->cmd, "missing URL");
+  if ((rc = check_url(c, c->args[1])) != 0)
+    return rc;
   return read_body(c);
 }
 
@@ -628,6 +668,13 @@ static int report(struct ctx *c, const char *ktext,
       ctl_say("%s: gave up, still transient: the transfer was cut at the "
               "--timeout deadline (%s)",
               ktext, tail);
+      return XIT_TEMP;
+    }
+    if (throttle_curl_result_transient(r)) {
+      /* Refused, reset, timed out: re-sent within the budget; the next
+       * run may get through. */
+      describe_tail(r, gave_up_why(c, r, dl), tail, sizeof tail);
+      ctl_say("%s: gave up, still transient: %s (%s)", ktext, last, tail);
       return XIT_TEMP;
     }
     describe_tail(r, NULL, tail, sizeof tail);

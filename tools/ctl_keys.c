@@ -10,6 +10,7 @@
  */
 #include "ctl.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@ struct holder {
   throttle_class_t cls;
   int probe;
   char host[64]; /* "" for this host's (the segment) */
+  char comm[CTL_COMM_MAX]; /* this host's: the process name, or "" */
 };
 
 struct keyrow {
@@ -34,7 +36,20 @@ struct rows {
   size_t n, cap;
   struct holder *hv;
   size_t hn, hcap;
+  char **patterns; /* ls PATTERN...: the keys kept (NULL: every key) */
+  int npatterns;
 };
+
+/* ls PATTERN...: a key matching any of the shell patterns (fnmatch(3),
+ * no flags: '*' matches '/' too, so "hotdata:*" is a whole tree). */
+static bool key_matches(char *const *patterns, int n, const char *key) {
+  if (n == 0)
+    return true;
+  for (int i = 0; i < n; i++)
+    if (fnmatch(patterns[i], key, 0) == 0)
+      return true;
+  return false;
+}
 
 /* Keys are paths: a key's scopes are its prefixes at '/'.  The tree of
  * the listed keys: each row's nearest listed scope, its depth among
@@ -131,6 +146,8 @@ static int grow_holders(struct rows *rows) {
  * once the callback returns.  Non-zero (out of memory) stops the walk. */
 static int collect(const throttle_info_t *info, void *arg) {
   struct rows *rows = arg;
+  if (!key_matches(rows->patterns, rows->npatterns, throttle_info_key(info)))
+    return 0;
   if (grow_rows(rows) != 0)
     return 1;
   struct keyrow *row = &rows->v[rows->n];
@@ -146,6 +163,7 @@ static int collect(const throttle_info_t *info, void *arg) {
       break;
     const char *host = throttle_info_holder_host(info, i);
     snprintf(hd.host, sizeof hd.host, "%s", host != NULL ? host : "");
+    ctl_comm(hd.host[0] == 0 ? hd.pid : 0, hd.comm, sizeof hd.comm);
     if (grow_holders(rows) != 0)
       return 1;
     rows->hv[rows->hn++] = hd;
@@ -158,6 +176,7 @@ static int collect(const throttle_info_t *info, void *arg) {
       break;
     const char *host = throttle_info_waiter_host(info, i);
     snprintf(hd.host, sizeof hd.host, "%s", host != NULL ? host : "");
+    ctl_comm(hd.host[0] == 0 ? hd.pid : 0, hd.comm, sizeof hd.comm);
     if (grow_holders(rows) != 0)
       return 1;
     rows->hv[rows->hn++] = hd;
@@ -195,6 +214,19 @@ static int add_beneath(const throttle_info_t *info, void *arg) {
                throttle_info_get(info, THROTTLE_FIELD_WAITING_BACKFILL);
   }
   return 0;
+}
+
+/* The end of a holder's or waiter's object: its host (another host's) or
+ * its process name (this host's, when readable). */
+static void party_json_tail(FILE *f, const struct holder *hd) {
+  if (hd->host[0] != 0) {
+    fputs(",\"host\":", f);
+    ctl_json_string(f, hd->host);
+  } else if (hd->comm[0] != 0) {
+    fputs(",\"comm\":", f);
+    ctl_json_string(f, hd->comm);
+  }
+  fputc('}', f);
 }
 
 /* {"key":"...","remaining_ms":N,...,"holders":[...]}: every field, by its
@@ -240,11 +272,7 @@ static void key_json(FILE *f, const struct rows *rows,
             "\"probe\":%s",
             i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
             (long long)hd->age_ms, hd->probe ? "true" : "false");
-    if (hd->host[0] != 0) {
-      fputs(",\"host\":", f);
-      ctl_json_string(f, hd->host);
-    }
-    fputc('}', f);
+    party_json_tail(f, hd);
   }
   fputs("],\"waiters\":[", f);
   for (size_t i = 0; i < row->wcount; i++) {
@@ -252,16 +280,42 @@ static void key_json(FILE *f, const struct rows *rows,
     fprintf(f, "%s{\"pid\":%lld,\"class\":\"%s\",\"age_ms\":%lld",
             i > 0 ? "," : "", (long long)hd->pid, ctl_class_name(hd->cls),
             (long long)hd->age_ms);
-    if (hd->host[0] != 0) {
-      fputs(",\"host\":", f);
-      ctl_json_string(f, hd->host);
-    }
-    fputc('}', f);
+    party_json_tail(f, hd);
   }
   fputs("]}", f);
 }
 
 /* ---- snapshots for metrics and watch ---------------------------------- */
+
+/* "4242 loader,4250 curl,+3": the holders in a cell (ctl_key.holders). */
+static void holders_text(const throttle_info_t *info, char *buf, size_t len) {
+  size_t n = 0, i = 0, left = 0;
+  int64_t pid, age;
+  throttle_class_t cls;
+  int probe;
+  buf[0] = 0;
+  for (; throttle_info_holder(info, i, &pid, &age, &cls, &probe) == 0; i++) {
+    char one[CTL_COMM_MAX + 96], comm[CTL_COMM_MAX], host[64];
+    const char *h = throttle_info_holder_host(info, i);
+    if (h != NULL && *h != 0)
+      snprintf(one, sizeof one, "%lld@%s", (long long)pid,
+               ctl_key_text(h, host, sizeof host));
+    else if (*ctl_comm(pid, comm, sizeof comm) != 0)
+      snprintf(one, sizeof one, "%lld %s", (long long)pid, comm);
+    else
+      snprintf(one, sizeof one, "%lld", (long long)pid);
+    size_t k = strlen(one) + (n > 0);
+    if (left > 0 || n + k + 8 >= len) { /* room for ",+NNNNN" */
+      left++;
+      continue;
+    }
+    n += (size_t)snprintf(buf + n, len - n, "%s%s", n > 0 ? "," : "", one);
+  }
+  if (left > 0)
+    snprintf(buf + n, len - n, "%s+%zu", n > 0 ? "," : "", left);
+  else if (n == 0)
+    snprintf(buf, len, "-");
+}
 
 static int collect_fields(const throttle_info_t *info, void *arg) {
   struct ctl_keys *k = arg;
@@ -280,6 +334,7 @@ static int collect_fields(const throttle_info_t *info, void *arg) {
   snprintf(m->key, sizeof m->key, "%s", key);
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++)
     m->f[i] = throttle_info_get(info, (throttle_field_t)i);
+  holders_text(info, m->holders, sizeof m->holders);
   return 0;
 }
 
@@ -422,7 +477,7 @@ int ctl_cmd_ls(struct ctx *c) {
   int rc = throttle_stats(c->h, &cap, &used, &evictions, &repairs);
   if (rc != 0)
     return ctl_lib_fail(c, rc);
-  struct rows rows = {0};
+  struct rows rows = {.patterns = c->args, .npatterns = c->nargs};
   rc = throttle_foreach(c->h, collect, &rows);
   if (rc != 0) {
     rows_free(&rows);
@@ -475,17 +530,19 @@ static int parties_text(const char *what, const struct holder *hv, size_t n) {
     printf("%s: none\n", what);
     return 0;
   }
-  static const bool right[5] = {true, false, true, false, false};
-  static char *const head[5] = {"PID", "CLASS", "AGE", "", "HOST"};
-  /* The HOST column only for those of other hosts (a backend). */
+  static const bool right[6] = {true, false, false, true, false, false};
+  static char *const head[6] = {"PID", "COMMAND", "CLASS", "AGE", "", "HOST"};
+  /* The HOST column only for those of other hosts (a backend); COMMAND
+   * is this host's only ("-" where it cannot be read). */
   bool hosts = hv[0].host[0] != 0;
-  struct ctl_table t = {.ncols = hosts ? 5 : 4, .right = right};
+  struct ctl_table t = {.ncols = hosts ? 6 : 5, .right = right};
   int rc = ctl_table_add(&t, head);
   for (size_t i = 0; i < n && rc == 0; i++) {
     const struct holder *hd = &hv[i];
-    char pid[24], cls[16], age[32], probe[8], host[64];
-    char *cells[5] = {pid, cls, age, probe, host};
+    char pid[24], comm[CTL_COMM_MAX], cls[16], age[32], probe[8], host[64];
+    char *cells[6] = {pid, comm, cls, age, probe, host};
     snprintf(host, sizeof host, "%s", hd->host);
+    snprintf(comm, sizeof comm, "%s", hd->comm[0] ? hd->comm : "-");
     snprintf(pid, sizeof pid, "%lld", (long long)hd->pid);
     snprintf(cls, sizeof cls, "%s", ctl_class_name(hd->cls));
     ctl_human_ms(hd->age_ms, false, age, sizeof age);
@@ -565,6 +622,11 @@ int ctl_cmd_show(struct ctx *c) {
     rc = parties_text("holders", hv, row->hcount);
     if (rc == 0 && row->wcount > 0)
       rc = parties_text("waiters", hv + row->hcount, row->wcount);
+    /* a list that had to be cut says so (waiters beyond the key's slots,
+     * whose pids are not kept, or past the first 32) */
+    if (rc == 0 && row->field[THROTTLE_FIELD_WAITERS_UNLISTED] > 0)
+      printf("waiters not listed: %lld\n",
+             (long long)row->field[THROTTLE_FIELD_WAITERS_UNLISTED]);
     if (rc == 0 && b.keys)
       printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
              (long long)b.keys, (long long)b.flight, (long long)b.wait);

@@ -7,9 +7,11 @@
  */
 #include "ctl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* $THROTTLE_SEGMENT, when set and not empty. */
 static const char *env_segment(void) {
@@ -91,7 +93,9 @@ int ctl_open_segment(struct ctx *c) {
       ctl_say("%.*s", (int)n, msg);
     else
       ctl_say("%s: %.*s", c->segname, (int)n, msg);
-    return XIT_FAIL;
+    /* A segment another process is creating or holds locked is a
+     * segment to try again (75); a foreign or damaged one is not. */
+    return rc != 0 && ctl_exit_for(rc) == XIT_TEMP ? XIT_TEMP : XIT_FAIL;
   }
   if (*msg != 0) /* e.g. an invalid $THROTTLE_KEYS, replaced by the default */
     ctl_say("warning: %s: %s", c->segname, msg);
@@ -120,13 +124,70 @@ static void rm_name(const struct ctx *c, char *buf, size_t len) {
   throttle_config_free(cfg);
 }
 
+/* The processes of this host (other than this one) that map /dev/shm +
+ * name, as far as /proc lets this user see: up to max pids into pids;
+ * returns how many there are. */
+static size_t mappers(const char *name, long *pids, size_t max) {
+  char want[300];
+  snprintf(want, sizeof want, " /dev/shm%s", name);
+  size_t wn = strlen(want), n = 0;
+  DIR *d = opendir("/proc");
+  if (d == NULL)
+    return 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end != 0 || pid <= 0 || pid == (long)getpid())
+      continue;
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%ld/maps", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+      continue;
+    bool maps = false;
+    while (!maps && fgets(line, sizeof line, f) != NULL) {
+      line[strcspn(line, "\n")] = 0;
+      const char *p = strstr(line, want);
+      maps = p != NULL && (p[wn] == 0 || strcmp(p + wn, " (deleted)") == 0);
+    }
+    fclose(f);
+    if (maps && n++ < max)
+      pids[n - 1] = pid;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Removing a segment that processes still map splits them from every
+ * process that opens the name afterwards (a new segment): say who. */
+static void warn_mapped(const char *name, const long *pids, size_t n,
+                        size_t shown) {
+  char list[512] = "", comm[CTL_COMM_MAX];
+  size_t k = 0;
+  for (size_t i = 0; i < shown && k < sizeof list; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%ld %s",
+                          i > 0 ? ", " : "", pids[i],
+                          *ctl_comm(pids[i], comm, sizeof comm) ? comm : "?");
+  if (n > shown && k < sizeof list)
+    snprintf(list + k, sizeof list - k, ", +%zu", n - shown);
+  ctl_say("warning: %s was still mapped by %zu process%s (%s): they go on "
+          "with the removed copy, and no longer share back-offs with the "
+          "processes that open %s from now on; restart them",
+          name, n, n == 1 ? "" : "es", list, name);
+}
+
 int ctl_cmd_rm(struct ctx *c) {
-  int rc = throttle_unlink(c->segment);
-  if (rc == 0)
-    return XIT_OK;
-  int e = errno;
   char name[256];
   rm_name(c, name, sizeof name);
+  long pids[8];
+  size_t nmap = name[0] == '/' ? mappers(name, pids, 8) : 0;
+  int rc = throttle_unlink(c->segment);
+  if (rc == 0) {
+    if (nmap > 0)
+      warn_mapped(name, pids, nmap, nmap < 8 ? nmap : 8);
+    return XIT_OK;
+  }
+  int e = errno;
   if (rc == THROTTLE_ENOKEY)
     ctl_say("%s: no such segment", name);
   else if (rc == THROTTLE_ESHM)

@@ -6,9 +6,11 @@
  */
 #include "ctl.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- messages --------------------------------------------------------- */
 
@@ -50,11 +52,23 @@ int ctl_lib_fail(struct ctx *c, int rc) {
     ctl_say("%s", msg);
   else
     ctl_say("%s: %s", c->segname, msg);
-  if (rc == THROTTLE_EKEY)
+  return ctl_exit_for(rc);
+}
+
+int ctl_exit_for(int rc) {
+  switch (rc) {
+  case 0:
+    return XIT_OK;
+  case THROTTLE_EKEY:
     return XIT_USAGE;
-  if (rc == THROTTLE_ETIMEDOUT)
+  case THROTTLE_ETIMEDOUT:     /* a deadline the caller set */
+  case THROTTLE_ELOCKTIMEOUT:  /* another process holds the segment mutex */
+  case THROTTLE_EINITTIMEOUT:  /* another process is creating the segment */
+  case THROTTLE_EWOULDBLOCK:
     return XIT_TEMP;
-  return XIT_FAIL;
+  default:
+    return XIT_FAIL;
+  }
 }
 
 /* ---- durations, rates, classes ---------------------------------------- */
@@ -367,4 +381,26 @@ void ctl_table_free(struct ctl_table *t) {
   for (size_t i = 0; i < t->nrows * (size_t)t->ncols; i++)
     free(t->cells[i]);
   free(t->cells);
+}
+
+/* ---- processes -------------------------------------------------------- */
+
+/* /proc/PID/comm, the name the kernel keeps (at most 15 bytes, set by the
+ * process itself, so shown through ctl_key_text()). */
+const char *ctl_comm(int64_t pid, char *buf, size_t len) {
+  char path[64], raw[32];
+  buf[0] = 0;
+  if (pid <= 0 || pid > INT32_MAX)
+    return buf;
+  snprintf(path, sizeof path, "/proc/%lld/comm", (long long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return buf;
+  ssize_t n = read(fd, raw, sizeof raw - 1);
+  close(fd);
+  if (n <= 0)
+    return buf;
+  raw[n] = 0;
+  raw[strcspn(raw, "\n")] = 0;
+  return ctl_key_text(raw, buf, len);
 }

@@ -118,8 +118,8 @@ static bool is_blank(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
 }
 
-/* What CMD wrote, as delta-seconds ("5") or decimal seconds ("1.5"), with
- * blanks around it allowed.  false when the file is gone, empty, or holds
+/* What CMD wrote, a duration as the command line takes one (delta-seconds
+ * "5", "1.5", "250ms", "2m"), with blanks around it allowed.  false when the file is gone, empty, or holds
  * anything else; the caller then uses the default. */
 static bool retry_file_read(const char *path, uint64_t *ms) {
   char buf[64];
@@ -144,7 +144,7 @@ static bool retry_file_read(const char *path, uint64_t *ms) {
     p++;
   while (e > p && is_blank(e[-1]))
     *--e = 0;
-  return ctl_parse_seconds(p, ms) == 0;
+  return ctl_parse_duration(p, ms, NULL, 0) == 0;
 }
 
 /* ---- running CMD ------------------------------------------------------ */

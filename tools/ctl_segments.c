@@ -73,6 +73,8 @@ int ctl_open_read(struct ctx *c) {
     return XIT_FAIL;
   }
   c->segname = throttle_segment_name(c->h);
+  if (*throttle_errmsg(c->h) != 0) /* e.g. an invalid $THROTTLE_KEYS */
+    ctl_say("warning: %s: %s", c->segname, throttle_errmsg(c->h));
   return XIT_OK;
 }
 
@@ -84,6 +86,7 @@ struct seg {
   unsigned mode;
   long long size;
   int rc; /* of the read-only open */
+  bool empty; /* size 0: never built */
   uint32_t cap, used;
   int64_t idle_ms; /* least idle key; -1 when no key */
 };
@@ -109,6 +112,14 @@ static int probe(const char *file, struct seg *s) {
   s->size = (long long)st.st_size;
   s->idle_ms = -1;
   s->cap = s->used = 0;
+  s->empty = st.st_size == 0 && st.st_uid == geteuid();
+  if (s->empty) {
+    /* A creator that could not build it, or one building it right now:
+     * no header says whose, so one of this user's empty objects is shown
+     * with what to do about it. */
+    s->rc = THROTTLE_ESIZE;
+    return 0;
+  }
   throttle_t *h = open_flags(s->name, THROTTLE_READONLY, &s->rc);
   if (h == NULL)
     /* EMAGIC and ESIZE say "not ours" for most objects; one that is
@@ -150,6 +161,8 @@ static void segments_json(const struct seg *v, size_t n) {
     if (s->rc == 0)
       printf(",\"used\":%u,\"capacity\":%u,\"idle_ms\":%lld", s->used, s->cap,
              (long long)s->idle_ms);
+    else if (s->empty)
+      printf(",\"error\":\"empty\"");
     else
       printf(",\"error\":\"%s\"", throttle_err_name(s->rc));
     fputc('}', stdout);
@@ -177,7 +190,10 @@ static int segments_text(const struct seg *v, size_t n) {
       snprintf(size, sizeof size, "%lldM", s->size / (1024 * 1024));
     else
       snprintf(size, sizeof size, "%lldK", (s->size + 1023) / 1024);
-    if (s->rc != 0) {
+    if (s->empty) {
+      snprintf(keys, sizeof keys, "?");
+      snprintf(change, sizeof change, "(empty: never built)");
+    } else if (s->rc != 0) {
       snprintf(keys, sizeof keys, "?");
       snprintf(change, sizeof change, "(%s)", throttle_strerror(s->rc));
     } else {
@@ -193,6 +209,14 @@ static int segments_text(const struct seg *v, size_t n) {
   if (rc == 0)
     ctl_table_print(stdout, &t, NULL);
   ctl_table_free(&t);
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (v[i].empty) {
+      char name[KEY_TEXT_MAX];
+      printf("%s is empty: its creator could not build it (is /dev/shm "
+             "full? df /dev/shm), or is building it now; if no process uses "
+             "it, remove it: " PROG " --segment %s rm\n",
+             ctl_key_text(v[i].name, name, sizeof name), name);
+    }
   return rc;
 }
 

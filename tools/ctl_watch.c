@@ -37,11 +37,10 @@ int ctl_check_watch(struct ctx *c) {
   const char *v = c->opt[OPT_INTERVAL];
   c->interval_ms = INTERVAL_DEFAULT_MS;
   if (v != NULL) {
-    if (ctl_parse_seconds(v, &c->interval_ms) != 0)
-      return ctl_usage_error(c->cmd,
-                             "--interval must be a number of seconds such as "
-                             "1 or 0.5, not '%s'",
-                             v);
+    int rc = ctl_check_duration(c, "--interval", v, 0, UINT64_MAX,
+                                &c->interval_ms);
+    if (rc != 0)
+      return rc;
     if (c->interval_ms < INTERVAL_MIN_MS) {
       ctl_warn_clamped("watch: --interval", v, "the minimum, 0.1 s, is used");
       c->interval_ms = INTERVAL_MIN_MS;
@@ -50,12 +49,9 @@ int ctl_check_watch(struct ctx *c) {
       c->interval_ms = INTERVAL_MAX_MS;
     }
   }
-  for (int i = 0; i < c->nargs; i++) {
-    size_t n = strlen(c->args[i]);
-    if (n == 0 || n > KEY_MAX)
-      return ctl_usage_error(c->cmd, "KEY must be 1 to %d bytes, not %zu",
-                             KEY_MAX, n);
-  }
+  for (int i = 0; i < c->nargs; i++)
+    if (throttle_check_key(c->args[i]) != 0)
+      return ctl_usage_error(c->cmd, "KEY: %s", throttle_errmsg(NULL));
   return 0;
 }
 
@@ -123,15 +119,16 @@ enum {
   W_ADMIT,
   W_LOCKED,
   W_STATE,
+  W_HOLDERS,
   W_NCOLS
 };
 #define CELL 128
 
-static const char *const w_head[W_NCOLS] = {"KEY",   "LEFT",    "FLIGHT",
-                                            "WAIT",  "ADMIT/s", "REFUSED/s",
-                                            "ADMIT", "LOCKED",  "STATE"};
-static const bool w_right[W_NCOLS] = {false, true, true, true, true,
-                                      true,  true, true, false};
+static const char *const w_head[W_NCOLS] = {
+    "KEY",   "LEFT",   "FLIGHT", "WAIT",   "ADMIT/s", "REFUSED/s",
+    "ADMIT", "LOCKED", "STATE",  "HOLDERS"};
+static const bool w_right[W_NCOLS] = {false, true, true, true,  true,
+                                      true,  true, true, false, false};
 
 /* Per second between two readings of a counter; "-" without a previous
  * one (first frame, or a key new since), and "-" when the counter went
@@ -167,6 +164,7 @@ static void cells(const struct ctl_key *w, const struct ctl_key *prev,
   snprintf(out[W_ADMIT], CELL, "%lld", (long long)f[THROTTLE_FIELD_ADMITTED]);
   snprintf(out[W_LOCKED], CELL, "%lld", (long long)f[THROTTLE_FIELD_LOCKED]);
   ctl_state_text(f, out[W_STATE], CELL);
+  snprintf(out[W_HOLDERS], CELL, "%s", w->holders);
 }
 
 /* ---- drawing ---------------------------------------------------------- */

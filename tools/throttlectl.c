@@ -69,17 +69,16 @@ static const struct option_spec options[OPT_COUNT_] = {
                           "at most N (1 to 32) admissions of KEY at once; "
                           "auto: learned from lock answers"},
     [OPT_RATE] = {"--rate", NULL, "N/PERIOD",
-                  "at most N admissions per PERIOD (500ms, 1s, 1m, 1h, or "
-                  "seconds); off: no rate"},
+                  "at most N admissions per PERIOD (a DURATION: 500ms, 1s, "
+                  "1m, 1h); off: no rate"},
     [OPT_BACKFILL_SHARE] = {"--backfill-share", NULL, "F",
                             "backfill may hold at most F (0 to 1) of the cap"},
     [OPT_RETRIES] = {"--retries", NULL, "N",
                      "retry up to N times while CMD exits 75 (default 5)"},
-    [OPT_TIMEOUT] = {"--timeout", NULL, "SEC",
-                     "give up waiting after SEC seconds in all (decimal "
-                     "allowed); exit 75"},
-    [OPT_INTERVAL] = {"--interval", NULL, "SEC",
-                      "refresh every SEC seconds (default 1; 0.1 to 3600)"},
+    [OPT_TIMEOUT] = {"--timeout", NULL, "DURATION",
+                     "give up waiting after DURATION in all; exit 75"},
+    [OPT_INTERVAL] = {"--interval", NULL, "DURATION",
+                      "refresh every DURATION (default 1s; 100ms to 1h)"},
     [OPT_PUBLISH] = {"--publish", NULL, "SIGNAL=WHERE",
                      "where a back-off goes: SIGNAL locked, 429 or 503; "
                      "WHERE key, root (KEY's first part) or N (its first N "
@@ -91,9 +90,8 @@ static const struct option_spec options[OPT_COUNT_] = {
 /* Where `http` means something else by a shared option. */
 static const char *const http_help[OPT_COUNT_] = {
     [OPT_RETRIES] = "re-send a transient answer up to N times (default 10)",
-    [OPT_TIMEOUT] = "give up after SEC seconds in all, waiting and sending "
-                    "(decimal allowed); exit 75.  Without it each transfer "
-                    "may take 300 s",
+    [OPT_TIMEOUT] = "give up after DURATION in all, waiting and sending; "
+                    "exit 75.  Without it each transfer may take 300 s",
 };
 
 /* Where `metrics` means something else by a shared option. */
@@ -106,8 +104,10 @@ static const char *const metrics_help[OPT_COUNT_] = {
 
 static const struct command commands[] = {
     {.name = "ls",
-     .args = "",
-     .summary = "every key: back-off, in flight/cap, waiters, counters",
+     .args = "[PATTERN...]",
+     .summary = "every key (or those matching a PATTERN, e.g. 'hotdata:*'): "
+                "back-off, in flight/cap, waiters, counters",
+     .max_args = INT_MAX,
      .opts = OPT(OPT_JSON),
      .open = OPEN_READ,
      .run = ctl_cmd_ls},
@@ -122,8 +122,8 @@ static const struct command commands[] = {
      .run = ctl_cmd_show},
     {.name = "backoff",
      .args = "KEY RETRY_AFTER",
-     .summary = "publish: KEY opens no sooner than RETRY_AFTER seconds from "
-                "now",
+     .summary = "publish: KEY opens no sooner than RETRY_AFTER (a DURATION) "
+                "from now",
      .min_args = 2,
      .max_args = 2,
      .key_first = true,
@@ -154,9 +154,9 @@ static const struct command commands[] = {
      .open = OPEN_ATTACH,
      .run = ctl_cmd_reset},
     {.name = "max-delay",
-     .args = "[SEC]",
+     .args = "[DURATION]",
      .summary = "the longest back-off the segment stores for anyone: show "
-                "it, or set it to SEC",
+                "it, or set it to DURATION",
      .max_args = 1,
      .open = OPEN_CREATE,
      .check = ctl_check_max_delay,
@@ -316,6 +316,11 @@ static void help_main(FILE *f) {
              "hosts through Redis\n"
              "  -h, --help      this help; COMMAND --help for one command\n"
              "  --version       print the version\n"
+             "\nDURATION: 30 (seconds), 1.5s, 250ms, 5m, 1h30m, 2d\n"
+             "\nenvironment:\n");
+  for (const struct ctl_env *v = ctl_env_vars; v->name != NULL; v++)
+    fprintf(f, "  %-26s %s\n", v->name, v->meaning);
+  fprintf(f,
              "\nexit status: 0 success, 1 failure, 64 usage error, "
              "75 still closed, locked or\ntransient (timeout, retries "
              "spent); run: CMD's own status otherwise\n");
@@ -366,51 +371,6 @@ int ctl_usage_error(const struct command *cmd, const char *fmt, ...) {
 }
 
 /* ---- parsing numbers -------------------------------------------------- */
-
-/* Seconds as "N" or "N.F" (no sign, exponent or spaces) to milliseconds,
- * rounded up so that "come back in 0.0001 s" is never shortened to 0.
- * Saturates at UINT64_MAX (the library clamps to its maximum delay). */
-int ctl_parse_seconds(const char *s, uint64_t *ms) {
-  const char *p = s;
-  uint64_t whole = 0;
-  bool sat = false;
-  if (*p < '0' || *p > '9')
-    return -1;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    unsigned d = (unsigned)(*p - '0');
-    if (whole > (UINT64_MAX - d) / 10)
-      sat = true;
-    else
-      whole = whole * 10 + d;
-  }
-  uint64_t frac = 0; /* milliseconds */
-  if (*p == '.') {
-    p++;
-    if (*p < '0' || *p > '9')
-      return -1;
-    int n = 0;
-    bool more = false; /* non-zero digits beyond the millisecond */
-    for (; *p >= '0' && *p <= '9'; p++) {
-      if (n < 3) {
-        frac = frac * 10 + (uint64_t)(*p - '0');
-        n++;
-      } else if (*p != '0') {
-        more = true;
-      }
-    }
-    for (; n < 3; n++)
-      frac *= 10;
-    if (more)
-      frac++;
-  }
-  if (*p != 0)
-    return -1;
-  if (sat || whole > (UINT64_MAX - frac) / 1000)
-    *ms = UINT64_MAX;
-  else
-    *ms = whole * 1000 + frac;
-  return 0;
-}
 
 int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
   uint64_t v = 0;
@@ -583,12 +543,8 @@ static int parse_command_args(struct ctx *c, int argc, char **argv) {
   if (c->nargs > cmd->max_args)
     return ctl_usage_error(cmd, "unexpected argument '%s'",
                            c->args[cmd->max_args]);
-  if (cmd->key_first && c->nargs > 0) {
-    size_t n = strlen(c->args[0]);
-    if (n == 0 || n > KEY_MAX)
-      return ctl_usage_error(cmd, "KEY must be 1 to %d bytes, not %zu", KEY_MAX,
-                             n);
-  }
+  if (cmd->key_first && c->nargs > 0 && throttle_check_key(c->args[0]) != 0)
+    return ctl_usage_error(cmd, "KEY: %s", throttle_errmsg(NULL));
   return 0;
 }
 
@@ -620,6 +576,7 @@ static int run(int argc, char **argv) {
   }
   if (i >= argc)
     return ctl_usage_error(NULL, "no command given");
+  ctl_env_check();
   c.cmd = find_command(argv[i]);
   if (c.cmd == NULL)
     return ctl_usage_error(NULL, "unknown command '%s'", argv[i]);

@@ -1,9 +1,35 @@
--- beat: ARGV 5 = fence.  Keeps a holder's liveness record fresh.  Returns
--- 1, or 0 when the admission is gone (lapsed or reclaimed): it is never
--- re-acquired here.
+-- beat: ARGV 5 = fence, then the holder's class, lease ms, liveness ms,
+-- host, pid and ms held so far (on its own clock).  Keeps a holder's
+-- liveness record fresh.  Returns 1; 2 when the holder was one Redis had
+-- lost (a restart, a failover, an eviction: the key's state is younger
+-- than the admission, or gone) and is registered again, counted as held
+-- beside whoever came meanwhile, with its places in the pools above; 0
+-- when the admission was taken back (lapsed or reclaimed): it is never
+-- re-acquired then.
 local id = ARGV[5]
 local v = hget(id)
-if not v then return 0 end
+if not v then
+  local fid = tonumber(id) or 0
+  local lease, live = tonumber(ARGV[7] or ''), tonumber(ARGV[8] or '')
+  local held = tonumber(ARGV[11] or '')
+  if not (lease and live and held) or not (K_NEW or g('born') > fid) then
+    return 0
+  end
+  local since = now - held
+  if since + lease < now then return 0 end -- its lease is over anyway
+  local rec = table.concat({ARGV[6], '0', fmt(#holders() + 1), fmt(since),
+    fmt(now + live), fmt(since + lease), fmt(lease), fmt(live), ARGV[9],
+    ARGV[10]}, ' ')
+  p('h:' .. id, rec)
+  inc('reregistered')
+  for _, sc in ipairs(SC) do
+    if sg(sc, 'fixed_cap') ~= 0 and not sc.s['h:' .. place_of(id)] then
+      sp(sc, 'h:' .. place_of(id), rec)
+    end
+  end
+  store()
+  return 2
+end
 local w = words(v)
 w[5] = fmt(now + tonumber(w[8]))
 redis.call('HSET', K, 'h:' .. id, table.concat(w, ' '))

@@ -21,6 +21,10 @@ do
   local a = redis.call('HGETALL', K)
   for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
 end
+-- The state hash is new here: stored with 'born' (Redis's clock in us),
+-- so that a holder admitted before it (a fence below born, or no hash at
+-- all) is known to be one Redis lost (beat.lua).
+local K_NEW = next(s) == nil
 local function g(f) return tonumber(s[f] or '0') or 0 end
 local function p(f, v)
   local str = type(v) == 'number' and string.format('%.0f', v) or v
@@ -100,7 +104,9 @@ local function share_of()
 end
 
 -- holder value: cls probe concurrent since live_until lease_until lease
--- liveness host pid
+-- liveness host pid token.  Dead holders go (and the watchers whose liveness
+-- lapsed); dead waiters go when they reach the head of the queue
+-- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
   for _, hv in ipairs(holders()) do
     local w = words(hv[2])
@@ -110,6 +116,11 @@ local function reap()
       if s['probe'] == hv[1] then p('probe', '0') end
     end
   end
+  redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
+end
+
+-- Every dead waiter at once (O(N): info and settings only).
+local function reap_waiters()
   local ws = redis.call('HGETALL', WI)
   for i = 1, #ws, 2 do
     local w = words(ws[i + 1])
@@ -118,7 +129,16 @@ local function reap()
       redis.call('ZREM', W, ws[i])
     end
   end
-  redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
+end
+
+-- A waiter's score in W: its arrival id, plus BF for a backfill one, so
+-- the oldest of a class is the first of its score range (one
+-- ZRANGEBYSCORE ... LIMIT 0 1).  Ids are Redis's clock in us (about
+-- 1.8e15 now); BF = 2^52; both stay exact in a double (2^53) until 2112.
+local BF = 4503599627370496
+local function wscore(cls, id)
+  if cls == '1' then return fmt((tonumber(id) or 0) + BF) end
+  return id
 end
 
 -- ---- scopes (libthrottle/scope.c) -----------------------------------------
@@ -169,17 +189,24 @@ local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~
 
 -- Places of dead holders (liveness or lease lapsed) go, as reap() does
 -- for a key's own holders; a probe's place gone lets the next probe go.
+-- The dead are listed first and dropped after the walk: a table walked by
+-- pairs() must not gain fields meanwhile ('invalid key to next'), and a
+-- script that fails here would fail the same way on every later call.
 for _, sc in ipairs(SC) do
+  local dead = {}
   for f, v in pairs(sc.s) do
     if string.sub(f, 1, 2) == 'h:' then
       local w = words(v)
       if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
-        sdel(sc, f)
-        sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
-        if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
-        sc.wake = true
+        dead[#dead + 1] = f
       end
     end
+  end
+  for _, f in ipairs(dead) do
+    sdel(sc, f)
+    sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
+    if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
+    sc.wake = true
   end
 end
 
@@ -461,20 +488,34 @@ local pending = nil
 local touched = {[K] = true}
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
--- liveness host pid state).
+-- liveness host pid state token).  A head that is gone, canceled or dead is
+-- taken off the queue on the way (a canceled one keeps its record: its
+-- next look is told).
 local function oldest(cls)
   if pending then
     if pending[2][1] == cls then return pending[1], pending[2] end
     return nil
   end
-  for _, id in ipairs(redis.call('ZRANGE', W, 0, -1)) do
+  local lo, hi = '-inf', '(' .. fmt(BF)
+  if cls == '1' then lo, hi = fmt(BF), '+inf' end
+  while true do
+    local id = redis.call('ZRANGEBYSCORE', W, lo, hi, 'LIMIT', 0, 1)[1]
+    if not id then return nil end
     local v = redis.call('HGET', WI, id)
-    if v then
-      local w = words(v)
-      if w[1] == cls and w[7] == 'w' then return id, w end
+    local w = v and words(v)
+    local alive = w and w[7] == 'w' and (tonumber(w[2]) or 0) >= now
+    if alive and w[1] == cls then return id, w end
+    if alive then
+      -- scored as the other class (a record of an earlier version)
+      redis.call('ZADD', W, wscore(w[1], id), id)
+    else
+      redis.call('ZREM', W, id)
+      if w and w[7] ~= 'c' then
+        redis.call('HDEL', WI, id)
+        beneath_del(id)
+      end
     end
   end
-  return nil
 end
 
 -- Grant as many waiters as the gate allows now; returns the next instant
@@ -533,7 +574,8 @@ local function grant(self)
     end
     local lease, live = tonumber(w[3]), tonumber(w[4])
     p('h:' .. id, table.concat({w[1], isprobe, nh, fmt(now),
-      fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6]}, ' '))
+      fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6],
+      w[8] or '-'}, ' '))
     if pending and id == pending[1] then
       pending = nil
     else
@@ -565,6 +607,7 @@ end
 local function store()
   p('last_use', now)
   p('key', NAME)
+  if K_NEW then p('born', now_us) end
   local args = {}
   for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
   redis.call('HSET', K, unpack(args))

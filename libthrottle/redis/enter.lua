@@ -1,14 +1,25 @@
 -- enter: ARGV 5.. wid (0 = arrive now), class, lease ms, liveness ms, host,
 -- pid, nowait (1/0), ms left before the caller's deadline (-1 = none), the
--- lengths of the names a 429 and a 503 go to (the cold-scope rule).
+-- lengths of the names a 429 and a 503 go to (the cold-scope rule), and
+-- the call's token (kept in its waiter and holder records: a caller whose
+-- command failed gives back by it what the command did, leave.lua).
 -- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
 -- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
 -- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
 -- and not waiting (nowait, or the not-before lies past the deadline).
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
-local rec = {cls, fmt(now + live), lease, live, host, pid, 'w'}
+local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
+-- 1 when admission id is the probe of its key's episode or of a scope's
+-- (gate.c: throttle_ticket_is_probe())
+local function probe_of(id)
+  if s['probe'] == id then return 1 end
+  for _, sc in ipairs(SC) do
+    if sc.s['probe'] == place_of(id) then return 1 end
+  end
+  return 0
+end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
@@ -17,7 +28,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   grant(wid)
   if not pending then
     store()
-    return {0, wid, s['probe'] == wid and 1 or 0, 0}
+    return {0, wid, probe_of(wid), 0}
   end
   pending = nil
 end
@@ -25,13 +36,13 @@ touched[W], touched[WI] = true, true
 reap()
 if fresh then
   if wid == '0' then wid = fence() end
-  redis.call('ZADD', W, wid, wid)
+  redis.call('ZADD', W, wscore(cls, wid), wid)
 else
   local v = redis.call('HGET', WI, wid)
   if not v then
     store()
     if hget(wid) then
-      return {0, wid, s['probe'] == wid and 1 or 0, 0}
+      return {0, wid, probe_of(wid), 0}
     end
     return {3, wid, 0, 0}
   end
@@ -48,7 +59,7 @@ redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
 if hget(wid) then
   store()
-  return {0, wid, s['probe'] == wid and 1 or 0, 0}
+  return {0, wid, probe_of(wid), 0}
 end
 local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1

@@ -6,6 +6,7 @@
 -- (a hash with no name holds only what keys beneath it left: seed_*)
 if redis.call('EXISTS', K) == 0 or not s['key'] then return -1 end
 reap()
+reap_waiters()
 local nb = clamp_nb()
 local left = 0
 if nb > now then left = nb - now end
@@ -38,11 +39,15 @@ for _, v in ipairs(hs) do
   local w = words(v)
   out[#out + 1] = table.concat({w[10], fmt(now - tonumber(w[4])), w[1], w[2], w[9]}, ' ')
 end
+-- in arrival order across the classes (W orders live before backfill)
+local ids = redis.call('ZRANGE', W, 0, -1)
+table.sort(ids, function(a, b) return (tonumber(a) or 0) < (tonumber(b) or 0) end)
 local nw = 0
-for _, id in ipairs(redis.call('ZRANGE', W, 0, -1)) do
+for _, id in ipairs(ids) do
+  if nw >= SLOTS then break end
   local v = redis.call('HGET', WI, id)
   local w = v and words(v)
-  if w and w[7] == 'w' and nw < SLOTS then
+  if w and w[7] == 'w' then
     nw = nw + 1
     local age = math.floor((now_us - (tonumber(id) or now_us)) / 1000)
     if age < 0 then age = 0 end

@@ -6,10 +6,33 @@
 -- the fence no longer held a slot (lapsed or reclaimed): its report then
 -- only pushes the not-before later; it frees nothing and ends no probe's
 -- episode.  {0} otherwise.
+-- Fence '-' and a token (ARGV 11): the give-back of an enter whose caller
+-- did not hear its answer (the command failed, it may have run since): the
+-- holder of that token leaves (ABANDONED), or its waiter record goes
+-- ({2}), or nothing is found ({1}: it may not have run yet).
+-- 'heal' answers {3} for a copy older than the key's last clear.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
 local plain = ARGV[9] == 'pub' or heal
 local pub_at = tonumber(ARGV[10] or '') or #NAME
+if id == '-' then
+  local token = ARGV[11] or ''
+  for _, hv in ipairs(holders()) do
+    if words(hv[2])[11] == token then id = hv[1] end
+  end
+  if id == '-' then
+    local ws = redis.call('HGETALL', WI)
+    for i = 1, #ws, 2 do
+      if words(ws[i + 1])[8] == token then
+        redis.call('HDEL', WI, ws[i])
+        redis.call('ZREM', W, ws[i])
+        beneath_del(ws[i])
+        return {2}
+      end
+    end
+    return {1}
+  end
+end
 local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
@@ -36,8 +59,14 @@ if publish_it then
   if ms == 0 and not plain then ms = DEFAULT_DELAY end
   if heal then
     -- what another host's segment knew: only a not-before Redis lost
-    -- (later than its own by more than a round trip), counted nowhere
+    -- (later than its own by more than a round trip), counted nowhere,
+    -- and never one published before the key's last clear or reset
+    -- (ARGV 11: how long ago it was published, by that host's clock)
     if ms > MAXD then ms = MAXD end
+    local age = tonumber(ARGV[11] or '') or 0
+    if g('cleared') > 0 and now - age <= g('cleared') then
+      return {3}
+    end
     if now + ms > clamp_nb() + 1000 then p('nb', now + ms); p('episode', 1) end
   elseif pub_at >= #NAME or not scope_publish(ms, pid, pub_at) then
     publish(ms, pid)

@@ -1,11 +1,18 @@
 -- set: ARGV 5.. what (cap, auto, rate, share, pause, resume, cancel,
 -- clear, wait), a, b.  Returns 0, or -1 when the key does not exist and the
--- operation needs it (resume, cancel, clear).
+-- operation needs it (resume, cancel, clear), nor any waiter beneath it.
 local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local exists = redis.call('EXISTS', K) == 1
 touched[W], touched[WI], touched[X] = true, true, true
 if (what == 'resume' or what == 'cancel' or what == 'clear') and not exists then
-  return -1
+  -- a scope without a record of its own (its keys publish on themselves)
+  -- still reaches the keys beneath: their waiters are woken, and a cancel
+  -- (a cancel generation, hence a record) ends them
+  if redis.call('HLEN', KB) == 0 then return -1 end
+  if what ~= 'cancel' then
+    wake_beneath()
+    return 0
+  end
 end
 if what == 'cap' then
   -- a fixed cap keeps what was learned; auto (0) drops a bound too
@@ -31,10 +38,13 @@ elseif what == 'cancel' then
     if w[7] == 'w' then
       w[7] = 'c'
       redis.call('HSET', WI, ws[i], table.concat(w, ' '))
+      redis.call('ZREM', W, ws[i]) -- off the queue; woken, its look is told
+      push(ws[i])
     end
   end
 elseif what == 'clear' then
-  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears')
+  -- 'cleared': a host's copy published before it is never healed back
+  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears'); p('cleared', now)
 elseif what == 'wait' then
   -- a caller that had to sleep: counters only
   inc('waits'); p('waited_ms', g('waited_ms') + a)
@@ -42,6 +52,7 @@ elseif what == 'wait' then
   return 0
 end
 reap()
+reap_waiters()
 grant(nil)
 wake_all()
 wake_beneath()

@@ -20,30 +20,45 @@ after it (libthrottle.EFULL, libthrottle.ETIMEDOUT, ...); request() raises
 PermanentError and GaveUp.  The module layout: _capi (finding the library,
 the prototypes), _errors (the exceptions), _base (argument checks),
 _answers (classification, Retry-After), _throttle (Throttle), _admission (Admission),
-_http (the retry loop, request), requests (an adapter for requests).
+_http (the retry loop, request), _replay (bodies a retry sends again),
+_async (AsyncThrottle), requests (an adapter for requests), httpx,
+aiohttp, urllib3, tenacity (the clients' integrations; each needs its
+client, the rest of the package only the standard library).
 """
 
+from typing import Optional, Union
+
 from ._errors import Error, GaveUp, PermanentError, RequestError
-from ._answers import Outcome, classify, parse_retry_after
+from ._errors import (  # written out, so that type checkers see them
+    EINVAL, ENOMEM, EKEY, ESHM, ENOSPC, EMAGIC, EVERSION, EFINGERPRINT, ESIZE,
+    EOWNER, EMODE, EINITTIMEOUT, ELOCKTIMEOUT, ECORRUPT, EFULL, ENOKEY,
+    ETIMEDOUT, EWOULDBLOCK, ECANCELED, ESYS, ESYMLINK, EINTR, ESTALE,
+    EREADONLY, EBACKEND, ThrottleClosed, BodyNotReplayable)
+from ._answers import (Classifier, Outcome, classify, classify_response,
+                       parse_retry_after)
 from ._base import ERRORS, HAVE_INTERRUPT, _core, _text, error
 from ._admission import Admission, StaleAdmissionWarning
 from ._throttle import FallbackWarning, Throttle
-from ._http import TransportError, default_throttle, request, run
+from ._http import TransportError, check_url, default_throttle, request, run
+from ._replay import REPLAY_LIMIT, ReplayableBody
+from ._async import (AsyncAdmission, AsyncThrottle, arun,
+                     default_async_throttle)
 from . import instrument  # a module, and called: instrument.instrument()
 from .instrument import NotAdmitted, Rule, uninstrument
 
-# One module attribute per C error code: libthrottle.EFULL, ...
+# One module attribute per C error code: libthrottle.EFULL, ... (the
+# written ones above, and any a newer library added)
 globals().update({cls.__name__: cls for cls in ERRORS.values()})
 
-__version__ = _text(_core.throttle_version_string())
+__version__: str = _text(_core.throttle_version_string())
 
 
-def version():
+def version() -> str:
     """The loaded C library's version string, e.g. "1.0.0"."""
     return _text(_core.throttle_version_string())
 
 
-def unlink(segment=None):
+def unlink(segment: Optional[Union[str, bytes]] = None) -> None:
     """Remove a segment (None: the default name); processes that have it
     open keep their mapping.  Raises ENOKEY when there is none."""
     raw = None
@@ -57,10 +72,17 @@ def unlink(segment=None):
                                     _text(_core.throttle_strerror(rc))))
 
 
-__all__ = ["Throttle", "Admission", "Outcome", "Error", "PermanentError",
-           "GaveUp", "RequestError", "FallbackWarning", "StaleAdmissionWarning",
-           "TransportError",
-           "classify", "parse_retry_after", "request", "run",
-           "default_throttle", "unlink", "version", "ERRORS",
-           "HAVE_INTERRUPT", "instrument", "uninstrument", "Rule",
-           "NotAdmitted"] + [cls.__name__ for cls in ERRORS.values()]
+__all__ = [
+    "Throttle", "Admission", "Outcome", "Error", "PermanentError", "GaveUp",
+    "RequestError", "FallbackWarning", "StaleAdmissionWarning",
+    "TransportError", "classify", "parse_retry_after", "request", "run",
+    "default_throttle", "unlink", "version", "ERRORS", "HAVE_INTERRUPT",
+    "ThrottleClosed", "BodyNotReplayable", "AsyncThrottle", "AsyncAdmission",
+    "Classifier", "classify_response", "ReplayableBody", "REPLAY_LIMIT",
+    "check_url", "arun", "default_async_throttle", "EINVAL", "ENOMEM", "EKEY", "ESHM", "ENOSPC", "EMAGIC",
+    "EVERSION", "EFINGERPRINT", "ESIZE", "EOWNER", "EMODE", "EINITTIMEOUT",
+    "ELOCKTIMEOUT", "ECORRUPT", "EFULL", "ENOKEY", "ETIMEDOUT", "EWOULDBLOCK",
+    "ECANCELED", "ESYS", "ESYMLINK", "EINTR", "ESTALE", "EREADONLY",
+    "EBACKEND", "instrument", "uninstrument", "Rule", "NotAdmitted"]
+# and the class of any code a newer C library added
+__all__ += [c.__name__ for c in ERRORS.values() if c.__name__ not in __all__]

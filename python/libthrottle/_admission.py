@@ -15,11 +15,12 @@ import ctypes
 import os
 import threading
 import warnings
+from typing import Any, Optional, Sequence
 
-from ._answers import Outcome, outcome_of
-from ._base import OUTCOMES, _EINTR, _ESTALE, _core, _invalid, _ms, \
-    _number, _text, error
-from ._errors import Error
+from ._answers import Classifier, Outcome, outcome_of
+from ._base import OUTCOMES, _EINTR, _ESTALE, Seconds, _core, _invalid, \
+    _ms, _number, _text, error
+from ._errors import Error, ThrottleClosed
 
 
 class StaleAdmissionWarning(RuntimeWarning):
@@ -34,41 +35,49 @@ class Admission:
     "abandoned" when nothing was reported.  .probe is True for the probe
     of a lock episode.  Belongs to the process that made it."""
 
-    def __init__(self, owner, handle, ticket, key):
+    def __init__(self, owner: Any, handle: Any, ticket: int,
+                 key: Any) -> None:
         self._owner = owner
         self._handle = handle  # kept alive with its ticket
         self._ticket = ticket
         self._pid = os.getpid()
         self.key = key
-        self.probe = bool(_core.throttle_ticket_is_probe(ticket))
-        self.outcome = None
+        self.probe: bool = bool(_core.throttle_ticket_is_probe(ticket))
+        self.outcome: Optional[Outcome] = None
         owner._busy_add()
 
     @property
-    def held(self):
+    def held(self) -> bool:
         return self._ticket is not None
 
-    def report(self, status, headers=None, body=b"", locked_codes=None):
+    def report(self, status: int, headers: Any = None, body: Any = b"",
+               locked_codes: Optional[Sequence[str]] = None,
+               classifier: Optional[Classifier] = None) -> Outcome:
         """Classify the answer (the C library's rules), publish what it
         asks for (lock, 429, 503: its Retry-After for every process) and
-        give the slot back.  Returns the Outcome."""
+        give the slot back.  Returns the Outcome.  classifier: a callable
+        (status, headers, body) -> an outcome kind, an Outcome, or None
+        for the default reading (see libthrottle.classify_response)."""
         self._check()
-        out = outcome_of(status, headers, body, locked_codes)
+        out = outcome_of(status, headers, body, locked_codes, classifier)
         self._leave(out.kind, out.retry_after)
         self.outcome = out
         return out
 
-    def leave(self, kind="ok", retry_after=None):
+    def leave(self, kind: str = "ok",
+              retry_after: Optional[Seconds] = None) -> Outcome:
         """Give the slot back with an outcome by name (OUTCOMES) and, for
         "locked", "rate_limited" and "unavailable", the seconds to publish
         (None: the library's default)."""
         self._check()
-        _outcome_args(kind, retry_after)
-        self._leave(kind, retry_after)
-        self.outcome = Outcome(kind, retry_after)
+        secs = _outcome_args(kind, retry_after)  # a timedelta: seconds
+        self._leave(kind, secs)
+        self.outcome = Outcome(kind, secs)
         return self.outcome
 
-    def requeue(self, kind="transient", retry_after=None, timeout=None):
+    def requeue(self, kind: str = "transient",
+                retry_after: Optional[Seconds] = None,
+                timeout: Optional[Seconds] = None) -> "Admission":
         """Report a transient outcome as leave() does (a back-off is
         published, the probe answered), then wait to send again in this
         admission's original place in the queue, ahead of everyone who
@@ -79,7 +88,7 @@ class Admission:
         ETIMEDOUT, ECANCELED, ESTALE (it had been taken back already)...
         Ctrl-C gives the place up and raises KeyboardInterrupt."""
         self._check()
-        _outcome_args(kind, retry_after)
+        retry_after = _outcome_args(kind, retry_after)  # seconds
         ms = _ms(timeout, "timeout", none_is_forever=True)
         h, owner = self._handle, self._owner
         if h.gen is not None and \
@@ -117,7 +126,7 @@ class Admission:
             self.probe = bool(_core.throttle_ticket_is_probe(self._ticket))
             return self
         if rc == _EINTR and owner._closed:
-            raise _invalid("the Throttle was closed during the call")
+            raise ThrottleClosed("the Throttle was closed during the call")
         raise error(rc, msg)
 
     def _check(self):
@@ -145,10 +154,10 @@ class Admission:
         finally:
             self._owner._done()
 
-    def __enter__(self):
+    def __enter__(self) -> "Admission":
         return self
 
-    def __exit__(self, et, ev, tb):
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         if self._ticket is not None and self._pid == os.getpid():
             kind = "transient" if isinstance(ev, Exception) else "abandoned"
             try:
@@ -156,7 +165,6 @@ class Admission:
             except Error:
                 if et is None:
                     raise
-        return False
 
     def __del__(self):
         # dropped without being given back: give the slot back now rather
@@ -183,8 +191,8 @@ def _outcome_args(kind, retry_after):
     if kind not in OUTCOMES:
         raise _invalid("unknown outcome %r (one of %s)"
                        % (kind, ", ".join(sorted(OUTCOMES))))
-    if retry_after is not None:
-        _number(retry_after, "retry_after")
+    return None if retry_after is None else _number(retry_after,
+                                                     "retry_after")
 
 
 def _retry_ms(retry_after):

@@ -4,12 +4,19 @@ classify() and parse_retry_after() (libthrottle-curl: throttle_classify,
 throttle_parse_retry_after), headers of any shape, and the Outcome that
 Admission.report() returns.  Nothing here reimplements the C rules: the
 table in include/throttle_curl.h is the one source of truth.
+
+A classifier of the caller's own (classifier=, everywhere an answer is
+read: report(), request(), run(), the client integrations) is a callable
+(status, headers, body) -> an outcome kind ("locked", "permanent", ...),
+an Outcome, or None to keep the C library's reading; for a kind, the
+Retry-After is read from the headers as usual.
 """
 
 import ctypes
 import numbers
 import threading
 import time
+from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _capi
 from ._base import (KINDS, RETRYABLE, _BY_NAME, _body, _curl, _curl_tried,
@@ -24,7 +31,8 @@ def _need_curl():
     return _curl
 
 
-def parse_retry_after(value, now=None):
+def parse_retry_after(value: Union[str, bytes],
+                      now: Optional[float] = None) -> Optional[float]:
     """A Retry-After field value (delta-seconds or an HTTP-date, RFC 9110)
     in seconds from now (a float), or None when it is not a usable value.
     now: the time the answer was made (its Date header as seconds since the
@@ -97,7 +105,7 @@ def classify_answer(status, body=b"", locked_codes=None):
     return KINDS[outcome.value], _text(code.value)
 
 
-def classify(status, body=b""):
+def classify(status: int, body: Union[bytes, str, None] = b"") -> str:
     """The kind of an HTTP answer: "ok", "locked", "permanent",
     "rate_limited", "unavailable" or "transient" (see throttle_curl.h)."""
     return classify_answer(status, body)[0]
@@ -145,25 +153,59 @@ class Outcome:
 
     __slots__ = ("kind", "retry_after", "retryable", "status", "code")
 
-    def __init__(self, kind, retry_after=None, status=None, code=""):
+    def __init__(self, kind: str, retry_after: Optional[float] = None,
+                 status: Optional[int] = None, code: str = "") -> None:
+        if kind not in KINDS.values():
+            raise _invalid("unknown outcome %r" % (kind,))
         self.kind = kind
         self.retry_after = retry_after
         self.retryable = kind in RETRYABLE
         self.status = status
         self.code = code
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Outcome(kind=%r, retry_after=%r, status=%r, code=%r)" % (
             self.kind, self.retry_after, self.status, self.code)
 
 
-def outcome_of(status, headers=None, body=b"", locked_codes=None):
-    """Classify an answer and read its Retry-After (the C library's rules)."""
-    kind, code = classify_answer(status, body, locked_codes)
+# (status, headers, body) -> kind, Outcome, or None for the default
+Classifier = Callable[[int, Any, bytes], Union[None, str, "Outcome"]]
+
+
+def classify_response(status: int, headers: Any = None, body: Any = b"",
+                      locked_codes: Optional[Sequence[str]] = None
+                      ) -> "Outcome":
+    """The C library's reading of an answer, as an Outcome: its kind (the
+    classifier of include/throttle_curl.h), its Retry-After in seconds,
+    the status and the body's error.code.  A classifier of one's own can
+    call it for the answers it does not decide itself."""
+    return outcome_of(status, headers, body, locked_codes)
+
+
+def _retry_after(headers):
     ra = None
     value = _header(headers, "Retry-After")
     if value is not None:
         if isinstance(value, bytes):
             value = value.decode("latin-1")
         ra = parse_retry_after(str(value), _answer_time(headers))
-    return Outcome(kind, ra, _status(status), code)
+    return ra
+
+
+def outcome_of(status, headers=None, body=b"", locked_codes=None,
+               classifier=None):
+    """Classify an answer and read its Retry-After: classifier's reading
+    when it gives one, else the C library's rules."""
+    if classifier is not None:
+        got = classifier(_status(status), headers, _body(body))
+        if isinstance(got, Outcome):
+            return got
+        if got is not None:
+            if not isinstance(got, str) or got not in RETRYABLE | {
+                    "ok", "permanent"}:
+                raise _invalid("classifier returned %r: not an Outcome, None "
+                               "or one of ok, locked, rate_limited, "
+                               "unavailable, transient, permanent" % (got,))
+            return Outcome(got, _retry_after(headers), _status(status), "")
+    kind, code = classify_answer(status, body, locked_codes)
+    return Outcome(kind, _retry_after(headers), _status(status), code)

@@ -6,13 +6,15 @@ into C ones.
 
 Arguments are checked here before they reach C, so no Python value can
 crash the process: keys are str (UTF-8) or bytes without NUL, times are
-seconds (int or float, rounded up to whole milliseconds: rounding down
-could admit a request early), and anything else raises TypeError or the
+seconds (int, float or datetime.timedelta, rounded up to whole
+milliseconds: rounding down could admit a request early), and anything else raises TypeError or the
 Error subclass of the C code the library would return.
 """
 
+import datetime
 import math
 import numbers
+from typing import Union
 
 from . import _capi
 from ._errors import Error, make_classes
@@ -35,6 +37,11 @@ OUTCOMES = {"ok": 0, "locked": 1, "rate_limited": 2, "unavailable": 3,
             "permanent": 4, "transient": 5, "abandoned": 6}
 KINDS = {v: k for k, v in OUTCOMES.items()}
 RETRYABLE = frozenset(["locked", "rate_limited", "unavailable", "transient"])
+
+
+# The types of the public API's arguments.
+Key = Union[str, bytes]
+Seconds = Union[int, float, datetime.timedelta]
 
 
 def _text(b):
@@ -82,8 +89,11 @@ def _key(key):
 
 
 def _number(value, what):
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("%s must be a number of seconds, not %s"
+        raise TypeError("%s must be a number of seconds or a timedelta, "
+                        "not %s"
                         % (what, type(value).__name__))
     v = float(value)
     if math.isnan(v) or v < 0:

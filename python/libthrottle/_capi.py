@@ -15,10 +15,14 @@ ImportError otherwise):
   1. $LIBTHROTTLE_LIBRARY, the path of libthrottle.so.1 (libthrottle-curl
      is then looked for next to it, or at $LIBTHROTTLE_CURL_LIBRARY); when
      set, nothing else is tried;
-  2. a built checkout: build/ at the top of the tree this package sits in
+  2. the package's own directory: `pip install` / a wheel put the
+     libraries there (setup.py);
+  3. a built checkout: build/ at the top of the tree this package sits in
      (PYTHONPATH=python from the top after `make`);
-  3. the library directory `make install` recorded in _installed.py;
-  4. the dynamic loader's own search (ld.so.cache, LD_LIBRARY_PATH).
+  4. the library directory `make install` recorded in _installed.py;
+  5. the dynamic loader's own search (ld.so.cache, LD_LIBRARY_PATH).
+The Redis module (libthrottle-redis.so.1) is the C library's to find: it
+looks beside the libthrottle.so.1 it was loaded from first.
 libthrottle.so.1 is loaded first, by path: libthrottle-curl.so.1 needs it
 by soname, and the loader then uses the copy already loaded instead of
 searching for another one (so no rpath and no LD_LIBRARY_PATH are needed).
@@ -85,6 +89,7 @@ int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
 int throttle_set_max_parallel(throttle_t *h, const char *key, uint32_t n);
 int throttle_set_publish_level(throttle_t *h, throttle_outcome_t outcome,
                                int level);
+int throttle_check_key(const char *key);
 int throttle_set_max_parallel_auto(throttle_t *h, const char *key,
                                    uint32_t max);
 int throttle_set_rate(throttle_t *h, const char *key, uint32_t n,
@@ -302,7 +307,7 @@ def _candidates(soname, env):
     core = os.environ.get("LIBTHROTTLE_LIBRARY")
     if core and env != "LIBTHROTTLE_LIBRARY":
         return [os.path.join(os.path.dirname(core), soname)]
-    out = []
+    out = [os.path.join(_HERE, soname)]  # inside the package (pip, wheel)
     # a built checkout: python/libthrottle/ -> the top of the tree
     out.append(os.path.join(os.path.dirname(os.path.dirname(_HERE)),
                             "build", soname))

@@ -36,11 +36,14 @@ import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from typing import (Any, Callable, Dict, Optional, Sequence, Tuple, Union,
+                    cast)
 
 from ._errors import Error, GaveUp, PermanentError
-from ._answers import Outcome, outcome_of
-from ._base import SLICE_MS, _BY_NAME, _klass, _number
+from ._answers import Classifier, Outcome, outcome_of
+from ._base import SLICE_MS, _BY_NAME, Key, Seconds, _klass, _number
 from ._throttle import Throttle
 
 LOCAL_BASE_S = 0.2
@@ -58,7 +61,7 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def default_throttle():
+def default_throttle() -> Throttle:
     """The process's shared Throttle (defaults + environment), opened on
     first use; request() uses it unless given another."""
     global _default
@@ -74,7 +77,7 @@ class TransportError(Exception):
     catches it."""
 
 
-def sleep(seconds, deadline=None):
+def sleep(seconds: float, deadline: Optional[float] = None) -> None:
     """Sleep in slices of at most 100 ms, so Ctrl-C and signal handlers
     run promptly whatever the platform's sleep does."""
     end = time.monotonic() + seconds
@@ -87,90 +90,170 @@ def sleep(seconds, deadline=None):
         time.sleep(min(left, SLICE_MS / 1000.0))
 
 
-def run(key, send, throttle=None, retries=10, timeout=300, klass="live",
-        locked_codes=None, give_up=True):
-    """The loop.  send(seconds_left or None) returns (status, headers,
-    body) or raises TransportError.  Returns (status, headers, body,
-    outcome, attempts) for a 2xx answer; raises PermanentError and GaveUp
-    (unless give_up is False and something was sent: the last answer is
-    then returned too, with its outcome) and Error for a bad key or
-    class."""
-    t = throttle if throttle is not None else default_throttle()
-    if not isinstance(t, Throttle):
-        raise TypeError("throttle must be a libthrottle.Throttle")
-    _klass(klass)
-    if isinstance(retries, bool) or not isinstance(retries, int):
-        raise TypeError("retries must be an int")
-    if retries < 0:
-        raise ValueError("retries must be >= 0")
-    if timeout is not None:
-        _number(timeout, "timeout")
-    start = time.monotonic()
-    deadline = None if timeout is None else start + float(timeout)
-    attempts = local_fails = 0
-    gate = True
-    answer = (None, None, b"")
-    out = None
-    while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        adm = None
-        try:
-            if gate:
-                adm = t.admit(key, klass, timeout=left)
-        except _NOT_FAIL_OPEN as e:
+# send(seconds left or None) -> (status, headers, body)
+Sender = Callable[[Optional[float]], Tuple[int, Any, bytes]]
+
+
+class _Done(Exception):
+    """The loop is over with this result (give_up=False)."""
+
+    def __init__(self, result: Tuple[Any, Any, bytes, Outcome, int]) -> None:
+        super().__init__()
+        self.result = result
+
+
+class Loop:
+    """The decisions of the retry loop, shared by run() (threads) and
+    arun() (asyncio, _async.py), which do the admitting, sending and
+    sleeping each in its own way:
+
+        loop = Loop(key, throttle, retries, timeout, klass, ...)
+        while True:
+            adm = admit(timeout=loop.left()) if loop.gate else None
+                  (an Error from it: loop.not_admitted(e), which raises
+                  or returns)
+            loop.sent(adm, send(loop.send_timeout()))  or, on a
+                  TransportError, loop.no_answer(adm, e)
+            delay = loop.next(adm)  (returns the seconds to sleep before
+                  the next attempt; raises _Done, PermanentError, GaveUp)
+    """
+
+    def __init__(self, key: Key, throttle: Any, retries: int,
+                 timeout: Optional[Seconds], klass: str,
+                 locked_codes: Optional[Sequence[str]], give_up: bool,
+                 classifier: Optional[Classifier]) -> None:
+        _klass(klass)
+        if isinstance(retries, bool) or not isinstance(retries, int):
+            raise TypeError("retries must be an int")
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        secs = None if timeout is None else _number(timeout, "timeout")
+        self.key, self.throttle, self.retries = key, throttle, retries
+        self.klass, self.locked_codes = klass, locked_codes
+        self.give_up, self.classifier = give_up, classifier
+        self.deadline = None if secs is None else time.monotonic() + secs
+        self.attempts = self.local_fails = 0
+        self.gate = True
+        self.answer: Tuple[Any, Any, bytes] = (None, None, b"")
+        self.out: Optional[Outcome] = None
+
+    def left(self) -> Optional[float]:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def send_timeout(self) -> Optional[float]:
+        self.attempts += 1
+        if self.deadline is None:
+            return None
+        return max(0.001, self.deadline - time.monotonic())
+
+    def not_admitted(self, e: Exception, remaining: float) -> None:
+        """admit() raised e: raise (a bad key or call), give up (the
+        timeout), or go on without admission (the segment failed)."""
+        if isinstance(e, _NOT_FAIL_OPEN):
             if not isinstance(e, _BY_NAME["ETIMEDOUT"]):
-                raise
-            ra = max(t.remaining(key),
-                     (out.retry_after or 0) if out is not None else 0)
-            return _gave_up(key, answer, out, attempts, ra or None,
-                            "not admitted within the timeout", give_up)
-        except _SEGMENT_GONE:
-            gate = False  # each further try would cost the lock timeout
-        except Error:
-            pass  # the segment failed: send anyway, honour it here
-        attempts += 1
-        with adm if adm is not None else contextlib.nullcontext():
-            try:
-                answer = send(None if deadline is None
-                              else max(0.001, deadline - time.monotonic()))
-            except TransportError as e:
-                if adm is not None:
-                    adm.leave("transient")
-                out = Outcome("transient")
-                answer = (None, None, str(e.__cause__ or e).encode())
-            else:
-                status, headers, body = answer
-                out = (adm.report(status, headers, body, locked_codes)
-                       if adm is not None else
-                       outcome_of(status, headers, body, locked_codes))
+                raise e
+            out = self.out
+            ra = max(remaining, (out.retry_after or 0) if out else 0)
+            self._gave_up(ra or None, "not admitted within the timeout")
+        if isinstance(e, _SEGMENT_GONE):
+            self.gate = False  # each further try would cost the lock timeout
+        elif not isinstance(e, Error):
+            raise e
+        # else the segment failed: send anyway, honour the answer here
+
+    def no_answer(self, adm: Any, e: Exception) -> None:
+        if adm is not None:
+            adm.leave("transient")
+        self.out = Outcome("transient")
+        self.answer = (None, None, str(e.__cause__ or e).encode())
+
+    def sent(self, adm: Any, answer: Tuple[Any, Any, bytes]) -> None:
+        status, headers, body = self.answer = answer
+        self.out = (adm.report(status, headers, body, self.locked_codes,
+                               self.classifier)
+                    if adm is not None else
+                    outcome_of(status, headers, body, self.locked_codes,
+                               self.classifier))
+
+    def next(self, adm: Any) -> float:
+        """Seconds to sleep before the next attempt (0: admit again at
+        once, the gate waits), or raise _Done / PermanentError / GaveUp."""
+        out, answer = self.out, self.answer
+        assert out is not None
         if out.kind == "ok":
-            return answer + (out, attempts)
+            raise _Done(answer + (out, self.attempts))
         if out.kind == "permanent":
-            if not give_up:
-                return answer + (out, attempts)
+            if not self.give_up:
+                raise _Done(answer + (out, self.attempts))
             raise PermanentError(
                 "%s: permanent answer HTTP %s%s, not retried"
-                % (key, answer[0], " " + out.code if out.code else ""),
-                answer[0], answer[1], answer[2], out.code, attempts)
-        if attempts > retries:
-            return _gave_up(key, answer, out, attempts, out.retry_after,
-                            "after %d attempts" % attempts, give_up)
+                % (self.key, answer[0], " " + out.code if out.code else ""),
+                answer[0], answer[1], answer[2], out.code, self.attempts)
+        if self.attempts > self.retries:
+            self._gave_up(out.retry_after, "after %d attempts" % self.attempts)
         # published answers make the next admit wait; the rest back off here
         if out.kind in _PUBLISHED and adm is not None:
-            continue
+            return 0.0
         if out.retry_after is not None:
             delay = out.retry_after
         elif out.kind in _PUBLISHED:
             delay = DEFAULT_DELAY_S
         else:
-            delay = random.uniform(0, min(LOCAL_CAP_S,
-                                          LOCAL_BASE_S * 2 ** local_fails))
-            local_fails = min(local_fails + 1, 30)
-        if deadline is not None and time.monotonic() + delay > deadline:
-            return _gave_up(key, answer, out, attempts, out.retry_after,
-                            "the next try would be after the timeout",
-                            give_up)
-        sleep(delay)
+            delay = random.uniform(0, min(
+                LOCAL_CAP_S, LOCAL_BASE_S * 2 ** self.local_fails))
+            self.local_fails = min(self.local_fails + 1, 30)
+        if self.deadline is not None and \
+                time.monotonic() + delay > self.deadline:
+            self._gave_up(out.retry_after,
+                          "the next try would be after the timeout")
+        return delay
+
+    def _gave_up(self, retry_after: Optional[float], why: str) -> None:
+        raise _Done(_gave_up(self.key, self.answer, self.out, self.attempts,
+                             retry_after, why, self.give_up))
+
+
+def run(key: Key, send: Sender, throttle: Optional[Throttle] = None,
+        retries: int = 10, timeout: Optional[Seconds] = 300,
+        klass: str = "live", locked_codes: Optional[Sequence[str]] = None,
+        give_up: bool = True, classifier: Optional[Classifier] = None
+        ) -> Tuple[Any, Any, bytes, Outcome, int]:
+    """The loop.  send(seconds_left or None) returns (status, headers,
+    body) or raises TransportError.  Returns (status, headers, body,
+    outcome, attempts) for a 2xx answer; raises PermanentError and GaveUp
+    (unless give_up is False and something was sent: the last answer is
+    then returned too, with its outcome) and Error for a bad key or
+    class.  classifier: see Admission.report().  send is called once per
+    attempt: a sender that sends a body must send the same bytes each
+    time (libthrottle.ReplayableBody makes them so)."""
+    t = throttle if throttle is not None else default_throttle()
+    if not isinstance(t, Throttle):
+        raise TypeError("throttle must be a libthrottle.Throttle")
+    loop = Loop(key, t, retries, timeout, klass, locked_codes, give_up,
+                classifier)
+    try:
+        while True:
+            adm = None
+            if loop.gate:
+                try:
+                    adm = t.admit(key, klass, timeout=loop.left())
+                except Error as e:
+                    loop.not_admitted(e, t.remaining(key) if isinstance(
+                        e, _BY_NAME["ETIMEDOUT"]) else 0.0)
+            with adm if adm is not None else contextlib.nullcontext():
+                try:
+                    answer = send(loop.send_timeout())
+                except TransportError as e:
+                    loop.no_answer(adm, e)
+                else:
+                    loop.sent(adm, answer)
+            delay = loop.next(adm)
+            if delay > 0:
+                sleep(delay)
+    except _Done as d:
+        return d.result
 
 
 def _gave_up(key, answer, out, attempts, retry_after, why, give_up):
@@ -218,8 +301,30 @@ def _urllib_sender(url, method, data, headers):
     return send
 
 
-def request(key, url, method="POST", data=None, headers=None, retries=10,
-            timeout=300, klass="live", throttle=None, locked_codes=None):
+def check_url(url: str, any_scheme: bool = False) -> None:
+    """ValueError unless url is an absolute http(s) URL (any scheme with
+    any_scheme: a client's adapter may serve http+unix:// and the like)
+    with a host and a valid port: a malformed URL is the caller's mistake,
+    never a transport error to retry."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError when out of range
+    except ValueError as e:
+        raise ValueError("malformed URL %r: %s" % (url, e)) from None
+    if not any_scheme and parts.scheme.lower() not in ("http", "https"):
+        raise ValueError("malformed URL %r: not http:// or https://" % (url,))
+    if not parts.hostname:
+        raise ValueError("malformed URL %r: no host" % (url,))
+
+
+def request(key: Key, url: str, method: str = "POST",
+            data: Union[bytes, bytearray, str, None] = None,
+            headers: Optional[Dict[str, str]] = None, retries: int = 10,
+            timeout: Optional[Seconds] = 300, klass: str = "live",
+            throttle: Optional[Throttle] = None,
+            locked_codes: Optional[Sequence[str]] = None,
+            classifier: Optional[Classifier] = None
+            ) -> Tuple[int, http.client.HTTPMessage, bytes]:
     """One HTTP request through urllib, admitted under key and retried
     while the answer is transient (see the loop above).
 
@@ -231,9 +336,11 @@ def request(key, url, method="POST", data=None, headers=None, retries=10,
 
     Returns (status, headers, body) for a 2xx answer (headers an
     http.client.HTTPMessage).  Raises PermanentError (sent once), GaveUp
-    (.retry_after), Error (a bad key or class), TypeError."""
+    (.retry_after), Error (a bad key or class), TypeError, and ValueError
+    for a malformed URL (before anything is admitted or sent)."""
     if not isinstance(url, str):
         raise TypeError("url must be a str")
+    check_url(url)
     if not isinstance(method, str):
         raise TypeError("method must be a str")
     if isinstance(data, str):
@@ -251,8 +358,9 @@ def request(key, url, method="POST", data=None, headers=None, retries=10,
             hdrs[k] = v
     status, hdr, body, _, _ = run(
         key, _urllib_sender(url, method.upper(), data, hdrs), throttle,
-        retries, timeout, klass, locked_codes)
-    return status, hdr, body
+        retries, timeout, klass, locked_codes, classifier=classifier)
+    return cast(int, status), hdr, body
 
 
-__all__ = ["request", "run", "sleep", "default_throttle", "TransportError"]
+__all__ = ["request", "run", "sleep", "default_throttle", "TransportError",
+           "check_url"]

@@ -41,6 +41,11 @@ import threading
 import time
 import warnings
 import weakref
+from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional,
+                    Tuple, Union, overload)
+
+if TYPE_CHECKING:
+    from typing import Literal
 
 from . import _capi
 from ._admission import Admission
@@ -48,8 +53,9 @@ from ._answers import parse_retry_after
 from ._base import (_GROUP_SHARED, _NO_CREATE, _NO_FALLBACK, FOREVER,
                     HAVE_INTERRUPT, INTERRUPT_PERIOD_MS, OUTCOMES, SLICE_MS,
                     UINT32_MAX, _EINTR, _ETIMEDOUT, _EWOULDBLOCK, _core,
-                    _invalid, _key, _klass, _ms, _text, _uint, error)
-from ._errors import Error
+                    _BY_NAME, Key, Seconds, _invalid, _key, _klass, _ms,
+                    _text, _uint, error)
+from ._errors import Error, ThrottleClosed
 
 
 # ---- the handle -----------------------------------------------------------------
@@ -147,7 +153,10 @@ class Throttle:
     then the library's defaults; times are in seconds.  When the segment
     cannot be used, the Throttle still works on process-private memory
     (fail open): .shared is False, .open_error says why, and a
-    FallbackWarning is issued; no_fallback=True raises instead.  Use it as a
+    FallbackWarning is issued; no_fallback=True raises instead.  A
+    backend that cannot be reached when the Throttle is made (Redis down)
+    gives a FallbackWarning too, and .open_error is an EBACKEND naming the
+    cause: the host's segment serves until Redis answers again.  Use it as a
     context manager, or call close().  publish says where a reported
     back-off goes, per kind: {"locked": "key", "rate_limited": "root",
     "unavailable": "root"} is the default (a table's lock is the table's,
@@ -158,10 +167,14 @@ class Throttle:
     be reached the host's segment serves.  One Throttle may be shared by
     threads, and by processes forked after it was made."""
 
-    def __init__(self, segment=None, max_delay=None, *, keys=None,
-                 lock_timeout=None, lease=None, group_shared=False,
-                 no_fallback=False, no_create=False, publish=None,
-                 backend=None):
+    def __init__(self, segment: Optional[Union[str, bytes]] = None,
+                 max_delay: Optional[Seconds] = None, *,
+                 keys: Optional[int] = None,
+                 lock_timeout: Optional[Seconds] = None,
+                 lease: Optional[Seconds] = None, group_shared: bool = False,
+                 no_fallback: bool = False, no_create: bool = False,
+                 publish: Optional[Mapping[str, Union[str, int]]] = None,
+                 backend: Optional[Union[str, bytes]] = None) -> None:
         self._publish = _publish_levels(publish)  # checks every value
         self._settings = dict(segment=segment, max_delay=max_delay, keys=keys,
                               lock_timeout=lock_timeout, lease=lease,
@@ -183,13 +196,39 @@ class Throttle:
             _core.throttle_config_free(self._cfg)
             self._cfg = None
             raise
-        self.open_error = error(rc, msg) if rc != 0 else None
-        if rc != 0:
-            # a refused backend leaves the segment working: say which
+        self.open_error: Optional[Error] = error(rc, msg) if rc != 0 \
+            else None
+        if rc == 0 and self.backend != "shm":
+            msg = self._backend_reached()
+            if msg:
+                self.open_error = _BY_NAME["EBACKEND"](msg)
+        if self.open_error is not None:
+            # a refused or unreachable backend leaves the segment working
             warnings.warn(FallbackWarning("libthrottle: %s; continuing %s" % (
-                msg, "on this host's segment alone" if self.shared
-                else "with process-private back-off")), stacklevel=2)
+                self.open_error, "on this host's segment alone"
+                if self.shared else "with process-private back-off")),
+                stacklevel=2)
         _live.add(self)
+
+    def _backend_reached(self) -> str:
+        """"" when the backend answers a read, else why not: opening does
+        not connect, so a Redis that cannot be reached would be seen only
+        by the first call (served by the segment, silently)."""
+        left = ctypes.c_uint64()
+        h = self._h
+        rc = _core.throttle_remaining(h.ptr, b"libthrottle:reach",
+                                      ctypes.byref(left))
+        msg = _text(_core.throttle_errmsg(h.ptr))
+        if rc != 0 and not msg:
+            msg = _text(_core.throttle_strerror(rc))
+        # the message names the URL as given: show it as .backend does,
+        # its password hidden
+        url = self._settings["backend"] or os.environ.get("THROTTLE_BACKEND")
+        if url:
+            if isinstance(url, bytes):
+                url = url.decode("utf-8", "replace")
+            msg = msg.replace(url, self.backend)
+        return msg
 
     # -- opening and closing
 
@@ -264,7 +303,7 @@ class Throttle:
                             % (level, outcome))
         return _Handle(out.value, check, gen), rc, msg
 
-    def close(self):
+    def close(self) -> None:
         """Close the Throttle: no new calls.  Blocking calls of other
         threads end with EINVAL; the C handle is freed once the calls in
         progress have returned and the admissions still held have been
@@ -294,10 +333,10 @@ class Throttle:
             except Exception:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Throttle":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __reduce__(self):
@@ -309,7 +348,7 @@ class Throttle:
         return (_reopen, (settings,))
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
     def __repr__(self):
@@ -324,7 +363,7 @@ class Throttle:
         """Mark a call in progress and choose the handle it runs on."""
         with self._lock:
             if self._closed:
-                raise _invalid("operation on a closed Throttle")
+                raise ThrottleClosed("operation on a closed Throttle")
             self._busy += 1
             h = self._h
             if (blocking and HAVE_INTERRUPT and h.shared and
@@ -388,7 +427,7 @@ class Throttle:
                 exc, self._pending = self._pending, None
                 raise exc
             if rc != 0 and rc == _EINTR and self._closed:
-                raise _invalid("the Throttle was closed during the call")
+                raise ThrottleClosed("the Throttle was closed during the call")
             return rc, msg, adm
         except BaseException:
             if adm is not None:
@@ -400,7 +439,7 @@ class Throttle:
             self._done()
 
     @property
-    def shared(self):
+    def shared(self) -> bool:
         """True when the segment is shared; False on private memory."""
         return self._h is not None and self._h.shared
 
@@ -413,12 +452,12 @@ class Throttle:
             self._done()
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """What keys are shared through: "shm" (this host's segment), or
         the Redis URL with any password shown as "***"."""
         return self._string(_core.throttle_backend)
 
-    def set_publish_level(self, kind, level):
+    def set_publish_level(self, kind: str, level: Union[str, int]) -> None:
         """Where this Throttle publishes a reported back-off of kind
         ("locked", "rate_limited", "unavailable"): "key", "root" or N (the
         key's first N parts), as Throttle(publish=...).  Per Throttle,
@@ -426,7 +465,7 @@ class Throttle:
         outcome, n = _publish_level(kind, level)
         with self._lock:
             if self._closed:
-                raise _invalid("operation on a closed Throttle")
+                raise ThrottleClosed("operation on a closed Throttle")
             handles = [h for h in (self._h, self._main) if h is not None]
             for h in handles:
                 rc = _core.throttle_set_publish_level(h.ptr, outcome, n)
@@ -438,12 +477,12 @@ class Throttle:
             self._settings["publish"][kind] = level
 
     @property
-    def segment(self):
+    def segment(self) -> str:
         return self._string(_core.throttle_segment_name)
 
     # -- back-off
 
-    def backoff(self, key, delay):
+    def backoff(self, key: Key, delay: Union[Seconds, str, bytes]) -> None:
         """Publish "key: not before now + delay".  delay: seconds (int or
         float), or a Retry-After value (delta-seconds or an HTTP-date)."""
         k = _key(key)
@@ -456,14 +495,14 @@ class Throttle:
             ms = _ms(delay, "delay")
         self._call(_core.throttle_backoff, k, ms)
 
-    def remaining(self, key):
+    def remaining(self, key: Key) -> float:
         """Seconds until key's back-off passes (0.0 when open)."""
         k = _key(key)
         left = ctypes.c_uint64()
         self._call(_core.throttle_remaining, k, ctypes.byref(left))
         return left.value / 1000.0
 
-    def wait(self, key, timeout=None):
+    def wait(self, key: Key, timeout: Optional[Seconds] = None) -> bool:
         """Block until key is open: True; False when it would open only
         after timeout seconds (None: as long as it takes).  Ctrl-C and
         signal handlers run within about 100 ms."""
@@ -491,17 +530,18 @@ class Throttle:
                 return False
             _nap(min(self.remaining(key), SLICE_MS / 1000.0), deadline)
 
-    def clear(self, key):
+    def clear(self, key: Key) -> None:
         """Drop key's back-off and wake its waiters (ENOKEY: never seen)."""
         self._call(_core.throttle_clear, _key(key))
 
-    def reset(self):
+    def reset(self) -> None:
         """Drop every key's back-off."""
         self._call(_core.throttle_reset)
 
     # -- admission
 
-    def admit(self, key, klass="live", timeout=None):
+    def admit(self, key: Key, klass: str = "live",
+              timeout: Optional[Seconds] = None) -> Admission:
         """Block until a request for key may be sent (not-before passed,
         one probe per lock episode, a free slot under the cap, first come
         first served, live before backfill) and return the Admission, a
@@ -532,28 +572,44 @@ class Throttle:
                             % (key, timeout))
             _nap(min(self.remaining(key), SLICE_MS / 1000.0), deadline)
 
-    def try_admit(self, key, klass="live"):
-        """Admit at once, or return None (not admitted now)."""
+    @overload
+    def try_admit(self, key: Key, klass: str = "live") -> Optional[Admission]:
+        ...
+
+    @overload
+    def try_admit(self, key: Key, klass: str = "live", *,
+                  hint: "Literal[True]") -> Tuple[Optional[Admission], float]:
+        ...
+
+    def try_admit(self, key: Key, klass: str = "live", *,
+                  hint: bool = False) -> Any:
+        """Admit at once, or return None (not admitted now).  With
+        hint=True, (Admission or None, seconds): the library's hint of how
+        long to wait before trying again (throttle_try_enter()'s wait_ms:
+        the back-off or rate left; 0.0 when the wait is for a slot, which
+        comes when a holder leaves)."""
         k = _key(key)
         cls = _klass(klass)
         ticket = ctypes.c_void_p()
+        wait_ms = ctypes.c_uint64()
         # the main thread's admissions live on its interruptible handle,
         # where a later requeue() can be interrupted
         h = self._use(blocking=True)
         try:
             rc = _core.throttle_try_enter(h.ptr, k, cls, ctypes.byref(ticket),
-                                          None)
+                                          ctypes.byref(wait_ms))
             if rc == _EWOULDBLOCK:
-                return None
+                return (None, wait_ms.value / 1000.0) if hint else None
             if rc != 0:
                 raise error(rc, _text(_core.throttle_errmsg(h.ptr)))
-            return Admission(self, h, ticket.value, key)
+            adm = Admission(self, h, ticket.value, key)
+            return (adm, 0.0) if hint else adm
         finally:
             self._done()
 
     # -- key settings
 
-    def set_max_parallel(self, key, n):
+    def set_max_parallel(self, key: Key, n: Union[int, str]) -> None:
         """Cap concurrent admissions of key at n (1 to 32), or "auto" / 0
         to learn the cap from the server's lock answers."""
         if n == "auto":
@@ -561,35 +617,41 @@ class Throttle:
         self._call(_core.throttle_set_max_parallel, _key(key),
                    _uint(n, "n", UINT32_MAX))
 
-    def set_max_parallel_auto(self, key, max=0):
+    def set_max_parallel_auto(self, key: Key, max: int = 0) -> None:
         """Learn key's cap from the server's answers, never above max
         (1 to 32; 0: no bound but the library's 32)."""
         self._call(_core.throttle_set_max_parallel_auto, _key(key),
                    _uint(max, "max", UINT32_MAX))
 
-    def set_rate(self, key, n, period):
+    def set_rate(self, key: Key, n: int, period: Seconds) -> None:
         """At most n admissions per period seconds (n = 0: no rate)."""
         self._call(_core.throttle_set_rate, _key(key),
                    _uint(n, "n", UINT32_MAX), _ms(period, "period"))
 
-    def set_backfill_share(self, key, share):
+    def set_backfill_share(self, key: Key, share: float) -> None:
         """Backfill may hold at most share (0.0 to 1.0) of the cap."""
         if isinstance(share, bool) or not isinstance(share, numbers.Real):
             raise TypeError("share must be a number")
         self._call(_core.throttle_set_backfill_share, _key(key), float(share))
 
-    def pause(self, key):
+    def pause(self, key: Key) -> None:
+        """Hold new admissions of key (a scope: of every key beneath it),
+        for every process, until resume(): callers of admit() wait (their
+        timeout still runs), admissions already held finish and report as
+        usual.  Back-off (wait(), remaining()) is not affected."""
         self._call(_core.throttle_pause, _key(key))
 
-    def resume(self, key):
+    def resume(self, key: Key) -> None:
+        """End a pause(): the waiters of key are admitted again in their
+        order (first come, first served, live before backfill)."""
         self._call(_core.throttle_resume, _key(key))
 
-    def cancel(self, key):
+    def cancel(self, key: Key) -> None:
         """End every current waiter of key with ECANCELED."""
         self._call(_core.throttle_cancel, _key(key))
 
     @property
-    def segment_max_delay(self):
+    def segment_max_delay(self) -> float:
         """The segment's maximum delay in seconds: the longest back-off any
         process may publish (this process honours at most its own
         max_delay)."""
@@ -597,14 +659,14 @@ class Throttle:
         self._call(_core.throttle_segment_max_delay, ctypes.byref(ms))
         return ms.value / 1000.0
 
-    def set_segment_max_delay(self, seconds):
+    def set_segment_max_delay(self, seconds: Seconds) -> None:
         """Change the segment's maximum delay, for every process."""
         self._call(_core.throttle_set_segment_max_delay,
                    _ms(seconds, "seconds"))
 
     # -- inspection
 
-    def info(self, key):
+    def info(self, key: Key) -> Dict[str, Any]:
         """A snapshot of one key: a dict with the fields of
         throttle_field_name() ("remaining_ms", "in_flight", "cap", ...),
         "key", "scope" (the key's own scope: its prefix at the last '/', or
@@ -621,7 +683,7 @@ class Throttle:
         finally:
             _core.throttle_info_free(out)
 
-    def keys(self):
+    def keys(self) -> List[Dict[str, Any]]:
         """Snapshots (as info()) of every key, in key order."""
         found, failure = [], []
 
@@ -646,7 +708,7 @@ class Throttle:
             self._done()
         return found
 
-    def beneath(self, scope):
+    def beneath(self, scope: Key) -> Dict[str, int]:
         """What the keys beneath scope do, as `throttlectl show SCOPE`:
         {"keys": n, "in_flight": n, "waiting": n} summed over every key
         whose name starts with scope + "/"."""
@@ -659,7 +721,7 @@ class Throttle:
                 out["waiting"] += k["waiting_live"] + k["waiting_backfill"]
         return out
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """Segment-wide figures: capacity, used, evictions, repairs."""
         v = [ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(),
              ctypes.c_uint64()]

@@ -207,3 +207,18 @@ def files(tmp_path):
             (d / ("part-%02d" % i)).write_text("row %d\n" % i)
         return sorted(str(p) for p in d.iterdir())
     return make
+
+
+# ---- the PyPI suite ----------------------------------------------------------
+# tests/python/test_pypi_*.py need packages from PyPI (httpx, aiohttp,
+# urllib3 2, tenacity, mypy, pip's build isolation): tests/test_python.sh
+# runs them with the venv's python (tools/venv.sh, python/requirements-*.txt)
+# and LIBTHROTTLE_PYPI=1; the run with Debian's python3 skips them.
+IN_PYPI_VENV = os.environ.get("LIBTHROTTLE_PYPI") == "1"
+
+
+def pypi_only():
+    """Skip the calling module unless it runs in the PyPI venv."""
+    if not IN_PYPI_VENV:
+        pytest.skip("needs the PyPI venv: run by tests/test_python.sh with "
+                    "tools/venv.sh's python", allow_module_level=True)

@@ -51,3 +51,24 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
     assert os.path.isdir(pkg)
     make("uninstall-python", venv, py)
     assert not os.path.exists(pkg)
+
+
+def test_install_python_stays_inside_prefix_and_destdir(tmp_path):
+    """make install-python with a PREFIX the interpreter does not search
+    writes only beneath DESTDIR/PREFIX (it wrote into /usr/local, outside
+    PREFIX, for Debian's python3), and says how to reach it."""
+    stage = tmp_path / "stage"
+    prefix = "/opt/libthrottle-test"
+    out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
+                          "B=" + BUILD, "install-python", "DESTDIR=%s" % stage,
+                          "PREFIX=" + prefix, "PYTHONS=" + sys.executable],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout
+    files = [os.path.join(d, f) for d, _, fs in os.walk(str(stage))
+             for f in fs]
+    inside = str(stage) + prefix + "/lib/"
+    assert files and all(f.startswith(inside) for f in files), files
+    assert any(f.endswith("/libthrottle/py.typed") for f in files)
+    assert any(f.endswith(".dist-info/METADATA") for f in files)
+    assert "PYTHONPATH=" in out.stdout

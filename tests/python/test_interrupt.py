@@ -151,3 +151,28 @@ def test_interrupt_retry_wait_in_request(t, tmp_path, status):
 def test_interrupt_hook_is_used():
     # the library has the hook: blocking calls are made whole, not sliced
     assert libthrottle.HAVE_INTERRUPT
+
+
+def test_close_stops_a_thread_pool_of_waiters(segment):
+    """close() from another thread ends every thread blocked in admit()
+    or wait() with ThrottleClosed (how a pool of waiters is stopped), and
+    their queue places are given back."""
+    import concurrent.futures
+    th = libthrottle.Throttle(segment=segment)
+    th.backoff(KEY, 60)
+
+    def admit():
+        with th.admit(KEY):
+            return "admitted"
+
+    with libthrottle.Throttle(segment=segment) as watcher:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futs = [pool.submit(admit) for _ in range(3)]
+            futs.append(pool.submit(th.wait, KEY))
+            until(lambda: watcher.info(KEY)["waiting_live"] == 3,
+                  what="3 threads queued")
+            th.close()
+            for f in futs:
+                with pytest.raises(libthrottle.ThrottleClosed):
+                    f.result(timeout=30)
+        assert watcher.info(KEY)["waiting_live"] == 0

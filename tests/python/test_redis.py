@@ -169,3 +169,28 @@ def test_redis_cap_of_1_holds_across_python_and_c(hosts, tmp_path,
               "segments: %s" % " ".join(w.split()[1] for w in lines[::2]))
     # one at a time (start, end, start, end...), first come first served
     assert lines == one_at_a_time(names)
+
+
+def test_redis_unreachable_backend_warns_and_says_so(segment, tmp_path):
+    """A Redis that cannot be reached when the Throttle is made: a
+    FallbackWarning naming it, .open_error an EBACKEND, and the segment
+    serves (it was silent: open_error None, no warning)."""
+    url = "unix://%s" % (tmp_path / "nobody-listens.sock")
+    with pytest.warns(libthrottle.FallbackWarning) as w:
+        t = libthrottle.Throttle(segment=segment, backend=url)
+    try:
+        assert "nobody-listens.sock" in str(w[0].message)
+        assert isinstance(t.open_error, libthrottle.EBACKEND)
+        assert "nobody-listens.sock" in str(t.open_error)
+        t.backoff(KEY, 5)  # served by the host's segment
+        assert 4 < t.remaining(KEY) <= 5 and t.shared
+    finally:
+        t.close()
+
+
+def test_redis_reachable_backend_opens_quietly(redis, segment):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with libthrottle.Throttle(segment=segment, backend=redis) as t:
+            assert t.open_error is None

@@ -308,3 +308,54 @@ def test_request_python_and_c_loaders_share_one_table(mock, segment, files,
                  time.monotonic() - start))
     assert st["loads_ok"] == 48 and early(st) == 0 and st["refused"] <= 3
     assert st["tables"]["orders"]["max_concurrent"] >= 1
+
+
+@pytest.mark.parametrize("url", ["http:///x", "http://:8080/x",
+                                 "http://127.0.0.1:99999/x", "ftp://h/x",
+                                 "http://[::1/x", "/v1/tables"])
+def test_request_malformed_url_is_a_value_error_not_retried(t, url):
+    """A malformed URL raises ValueError before anything is admitted (it
+    was a transport error: retried with back-off, then GaveUp)."""
+    with pytest.raises(ValueError) as e:
+        libthrottle.request(KEY, url, data=b"x", retries=2, timeout=20,
+                            throttle=t)
+    assert not isinstance(e.value, libthrottle.RequestError)
+    with pytest.raises(libthrottle.ENOKEY):
+        t.info(KEY)  # nothing was admitted
+
+
+def test_request_classifier_decides_what_it_knows(t, mock):
+    """A classifier of the caller's own: a 201 read as permanent here; for
+    what it returns None on, the C reading stands."""
+    seen = []
+
+    def classifier(status, headers, body):
+        seen.append((status, body))
+        return "permanent" if status == 201 else None
+
+    with pytest.raises(libthrottle.PermanentError) as e:
+        libthrottle.request(KEY, mock.url + "/v1/tables", data=b'{"name": "a"}',
+                            throttle=t, classifier=classifier)
+    assert e.value.status == 201 and seen[0][0] == 201
+    status, _, _ = libthrottle.request(KEY, mock.load_url(), data=b"x",
+                                       throttle=t, classifier=classifier)
+    assert status == 200 and seen[-1][0] == 200
+
+
+def test_request_classifier_makes_an_unusual_answer_a_lock(t, mock):
+    """A 429 read as a lock of the table by the caller's classifier (the
+    default publishes it on the workspace): published on the key, with the
+    answer's Retry-After."""
+    mock.admin("fail", {"status": 429, "count": 1, "retry_after": 1})
+
+    def classifier(status, headers, body):
+        return "locked" if status == 429 else None
+
+    status, _, _ = libthrottle.request(KEY, mock.load_url(), data=b"x",
+                                       throttle=t, classifier=classifier)
+    assert status == 200
+    info = t.info(KEY)
+    assert info["publishes"] == 1 and info["last_delay_ms"] == 1000
+    with pytest.raises(ValueError):
+        libthrottle.request(KEY, mock.load_url(), data=b"x", throttle=t,
+                            classifier=lambda s, h, b: "nonsense")

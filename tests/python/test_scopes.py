@@ -59,6 +59,16 @@ def test_cold_scope_hold_ends_at_the_answer_or_after_a_second(t):
     b.leave()
 
 
+def test_cold_scope_first_request_is_the_probe_and_bounds_a_wait(t):
+    first = t.try_admit(T0)
+    assert first.probe  # the scope's probe: its answer is the workspace's
+    assert t.wait(T1, timeout=10) is True  # nested wait: the 1 s bound
+    later = t.try_admit(T1)
+    assert later is not None and not later.probe
+    later.leave()
+    first.leave()
+
+
 def test_scope_clear_opens_every_key_beneath(t):
     t.backoff(WS, 30)
     t.clear(WS)
@@ -312,6 +322,11 @@ def test_backend_bad_value(segment, bad, exc):
 def test_backend_password_is_not_shown(segment):
     # nothing listens there: the handle opens, and serves from the segment
     # while Redis cannot be reached
-    with libthrottle.Throttle(
-            backend="redis://:s3cret@127.0.0.1:1/0") as t:
+    with pytest.warns(libthrottle.FallbackWarning) as w:
+        t = libthrottle.Throttle(backend="redis://:s3cret@127.0.0.1:1/0")
+    with t:
         assert "s3cret" not in t.backend and "***" in t.backend
+        # nor in what says Redis cannot be reached
+        assert "s3cret" not in str(w[0].message)
+        assert "s3cret" not in str(t.open_error)
+        assert "***" in str(t.open_error)

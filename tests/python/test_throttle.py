@@ -6,6 +6,7 @@ beyond "not before the published time"."""
 
 import math
 import os
+import subprocess
 import threading
 import time
 import warnings
@@ -14,6 +15,8 @@ import pytest
 
 import libthrottle
 from libthrottle import _throttle
+
+from conftest import BUILD, child_env
 
 KEY = "hotdata:ws1/orders"
 LOCKED = b'{"error": {"code": "RESOURCE_LOCKED", "message": "locked"}}'
@@ -109,6 +112,23 @@ def test_backoff_is_clamped_to_max_delay(segment):
 def test_remaining_open_key_is_zero(t):
     assert t.remaining("never-seen") == 0.0
     assert isinstance(t.remaining("never-seen"), float)
+
+
+def test_remaining_loop_over_names_sees_the_one_held(t, segment):
+    # another process backs one table off; a loop over the names (each a
+    # new str of the same length, often at the same address) sees it
+    ctl = os.path.join(BUILD, "throttlectl")
+    subprocess.run([ctl, "--segment", segment, "backoff", "ws1/tbl-7", "10"],
+                   check=True, env=child_env())
+    for _ in range(3):
+        for i in range(10):
+            key = "ws1/tbl-%d" % i
+            if i == 7:
+                assert t.remaining(key) > 5
+                assert not t.wait(key, 0)
+            else:
+                assert t.remaining(key) == 0
+                assert t.wait(key, 0)
 
 
 def test_clear_opens_and_unknown_key_is_enokey(t):
@@ -651,3 +671,38 @@ def test_throttle_repr(segment):
     assert repr(t) == "<libthrottle.Throttle %s>" % segment
     t.close()
     assert repr(t) == "<libthrottle.Throttle (closed)>"
+
+
+def test_throttle_try_admit_returns_the_wait_hint(t):
+    """try_admit(hint=True): the library's hint (throttle_try_enter's
+    wait_ms): the back-off left, 0 when the wait is for a slot."""
+    t.backoff(KEY, 5)
+    adm, wait = t.try_admit(KEY, hint=True)
+    assert adm is None and 4 < wait <= 5
+    t.clear(KEY)
+    t.set_max_parallel(KEY, 1)
+    held, wait = t.try_admit(KEY, hint=True)
+    assert held is not None and wait == 0.0
+    adm, wait = t.try_admit(KEY, hint=True)
+    assert adm is None and wait == 0.0  # a slot, not a time
+    held.leave("ok")
+    assert t.try_admit(KEY) is not None  # the plain form is unchanged
+
+
+def test_throttle_timedelta_is_accepted_for_every_delay(t):
+    import datetime
+    t.backoff(KEY, datetime.timedelta(seconds=3))
+    assert 2 < t.remaining(KEY) <= 3
+    assert t.wait(KEY, timeout=datetime.timedelta(milliseconds=10)) is False
+    with pytest.raises(ValueError):
+        t.backoff(KEY, datetime.timedelta(seconds=-1))
+    t.set_rate(KEY, 10, datetime.timedelta(minutes=1))
+    assert t.info(KEY)["rate_period_ms"] == 60000
+
+
+def test_throttle_leave_takes_a_timedelta_retry_after(t):
+    import datetime
+    adm = t.admit(KEY)
+    out = adm.leave("locked", datetime.timedelta(seconds=2))
+    assert out.retry_after == 2.0
+    assert 1 < t.remaining(KEY) <= 2

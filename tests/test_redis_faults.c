@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_redis_faults.c — the Redis backend on an operator's bad day, each
+ * against a real redis-server the test starts (redis_helpers.h) and set up
+ * the way the fault needs: a holder killed beneath a pool, a script error,
+ * an idle timeout that closes pooled connections, blocking commands
+ * refused by an ACL, an evicting memory policy, a server that answers
+ * anything, passwords and ACL users, a Cluster node, more admissions than
+ * one heartbeat round used to carry, and a stall longer than a caller's
+ * timeout.  A "host" is a handle on its own segment name: anything one
+ * host sees of another came through Redis.  Skipped without redis-server.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "helpers.h"
+#include "redis_helpers.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HANG_GUARD_MS 30000
+
+static struct th_redis R;
+
+static int setup(void **state) { return th_redis_setup(state, &R); }
+static int teardown(void **state) { return th_redis_teardown(state, &R); }
+
+static void cli6(const char *a, const char *b, const char *c, const char *d,
+                 const char *e, const char *f) {
+  const char *args[] = {a, b, c, d, e, f, NULL};
+  char out[512];
+  int st = th_redis_cli_out(&R, args, out, sizeof out);
+  if (st != 0 || strncmp(out, "ERR", 3) == 0)
+    fail_msg("redis-cli %s %s: %d %s", a, b ? b : "", st, out);
+}
+#define cli(a, b, c, d, e) cli6(a, b, c, d, e, NULL)
+
+#define host_at th_redis_host
+#define field th_field
+
+static throttle_t *other_host(struct th_fx *fx) {
+  int rc;
+  throttle_t *h = host_at(fx, R.url, &rc);
+  if (rc != 0)
+    fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
+  return h;
+}
+
+/* The calls Redis counted of one command (INFO commandstats). */
+static long long calls_of(const char *cmd) {
+  static char buf[1 << 16];
+  const char *args[] = {"INFO", "commandstats", NULL};
+  if (th_redis_cli_out(&R, args, buf, sizeof buf) != 0)
+    fail_msg("INFO commandstats failed");
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(buf, pat);
+  return p != NULL ? atoll(p + strlen(pat)) : 0;
+}
+
+/* ---- scripts ------------------------------------------------------------ */
+
+struct pool_arg {
+  struct th_fx *fx;
+  int fd;
+  int n;
+};
+
+static int hold_beneath_pools(void *p) {
+  struct pool_arg *pa = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(pa->fx->cfg, &h) == 0);
+  for (int i = 0; i < pa->n; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "ws%02d/t1", i);
+    throttle_ticket_t *t = NULL;
+    TH_CHILD_CHECK(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 10000, &t) ==
+                   0);
+  }
+  th_send_u64(pa->fd, 1);
+  for (;;)
+    pause();
+}
+
+/* A holder killed beneath a pool: reaping its place there must not break
+ * the scope's scripts (a table walked while it is changed), for any of
+ * many workspaces, and nothing falls back to the segment. */
+static void test_redis_faults_dead_holder_beneath_pool_poisons_nothing(
+    void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  enum { N = 40 };
+  throttle_t *a = th_open(fx);
+  for (int i = 0; i < N; i++) {
+    char ws[16];
+    snprintf(ws, sizeof ws, "ws%02d", i);
+    assert_int_equal(throttle_set_max_parallel(a, ws, 4), 0);
+  }
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct pool_arg pa = {fx, fds[1], N};
+  pid_t kid = th_spawn(fx, hold_beneath_pools, &pa);
+  uint64_t v;
+  assert_int_equal(th_recv_u64(fds[0], &v), 0);
+  kill(kid, SIGKILL);
+  th_reap(fx, kid, HANG_GUARD_MS);
+  /* past the holder's liveness on Redis's clock (1 s after its last
+   * beat, which was before the kill) */
+  th_sleep_ms(1600);
+  throttle_t *b = other_host(fx);
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    char key[32], ws[16];
+    snprintf(key, sizeof key, "ws%02d/t2", i);
+    snprintf(ws, sizeof ws, "ws%02d", i);
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(throttle_try_enter(b, key, THROTTLE_CLASS_LIVE, &t, NULL),
+                     0);
+    if (*throttle_errmsg(b) != 0) {
+      printf("%s: %s\n", key, throttle_errmsg(b));
+      bad++;
+    } else {
+      assert_int_equal(field(a, key, THROTTLE_FIELD_IN_FLIGHT), 1);
+      assert_true(field(a, ws, THROTTLE_FIELD_RECLAIMS) >= 1);
+    }
+    assert_int_equal(throttle_leave(b, t, THROTTLE_OUTCOME_OK, 0), 0);
+  }
+  assert_int_equal(bad, 0);
+  throttle_close(b);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+/* A script that fails on one key (its waiter list is not a sorted set
+ * here) is that call's diagnostic: the call is served by the segment and
+ * said so, and the next call on another key goes to Redis at once. */
+static void test_redis_faults_script_error_is_no_outage(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  cli("SET", "thr1:{bad}:w:bad", "x", NULL, NULL);
+  assert_int_equal(throttle_backoff(a, "bad", TH_LONG_MS), 0);
+  assert_true(th_contains(throttle_errmsg(a), "WRONGTYPE"));
+  assert_true(th_contains(throttle_errmsg(a), "bad"));
+  assert_true(th_contains(throttle_errmsg(a), "serves this call"));
+  assert_int_equal(throttle_backoff(a, "good", TH_LONG_MS), 0);
+  assert_string_equal(throttle_errmsg(a), "");
+  assert_true(th_remaining(b, "good") > 0);
+  throttle_close(b);
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+/* Redis closes connections idle for a second (timeout 1, as a proxy or a
+ * load balancer does): the next call reconnects and goes through. */
+static void test_redis_faults_idle_closed_connection_reconnects(void **state) {
+  struct th_fx *fx = *state;
+  cli("CONFIG", "SET", "timeout", "1", NULL);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_backoff(a, "k1", 1000), 0);
+  assert_string_equal(throttle_errmsg(a), "");
+  /* until only redis-cli's own connection is left */
+  for (int i = 0; i < 400 &&
+                  th_redis_info_int(&R, "clients", "connected_clients") > 1;
+       i++)
+    th_sleep_ms(25);
+  assert_int_equal(th_redis_info_int(&R, "clients", "connected_clients"), 1);
+  assert_int_equal(throttle_backoff(a, "k2", TH_LONG_MS), 0);
+  assert_string_equal(throttle_errmsg(a), "");
+  throttle_t *b = other_host(fx);
+  assert_true(th_remaining(b, "k2") > 0);
+  throttle_close(b);
+}
+
+/* Blocking commands refused (an ACL, a proxy): a waiter polls a few times
+ * a second instead of asking again at once, and says why. */
+static void test_redis_faults_blocking_refused_polls_boundedly(void **state) {
+  struct th_fx *fx = *state;
+  cli("ACL", "SETUSER", "default", "-@blocking", NULL);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_ticket_t *t = NULL, *t2 = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  throttle_t *b = other_host(fx);
+  long long before = calls_of("evalsha");
+  uint64_t t0 = th_mono_ms();
+  assert_int_equal(throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 2000, &t2),
+                   THROTTLE_ETIMEDOUT);
+  uint64_t took = th_mono_ms() - t0;
+  long long looks = calls_of("evalsha") - before;
+  printf("%lld looks in %llu ms\n", looks, (unsigned long long)took);
+  /* at most about 5 a second, and a few more to arrive and give up */
+  assert_true(looks <= (long long)(took / 200) + 6);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 1000, &t2), 0);
+  assert_true(th_contains(throttle_errmsg(b), "BLPOP"));
+  assert_int_equal(throttle_leave(b, t2, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
+/* An evicting memory policy is named at open (it may drop a back-off or a
+ * held slot); noeviction says nothing; a CONFIG the user may not run is
+ * said too. */
+static void test_redis_faults_eviction_policy_warned_at_open(void **state) {
+  struct th_fx *fx = *state;
+  int rc;
+  throttle_t *h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, 0);
+  assert_string_equal(throttle_errmsg(h), "");
+  throttle_close(h);
+  cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru", NULL);
+  h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, 0);
+  assert_true(th_contains(throttle_errmsg(h), "maxmemory-policy"));
+  assert_true(th_contains(throttle_errmsg(h), "allkeys-lru"));
+  /* still a warning after calls that succeed */
+  assert_int_equal(throttle_backoff(h, "k", 1000), 0);
+  assert_true(th_contains(throttle_errmsg(h), "allkeys-lru"));
+  throttle_close(h);
+  cli("ACL", "SETUSER", "default", "-config", NULL);
+  h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, 0);
+  assert_true(th_contains(throttle_errmsg(h), "maxmemory-policy"));
+  assert_true(th_contains(throttle_errmsg(h), "NOPERM"));
+  throttle_close(h);
+}
+
+/* ---- a server that answers anything ------------------------------------- */
+
+/* Answer every RESP command on a listening unix socket with one reply. */
+struct anything {
+  const char *reply;
+  int pong; /* PING answered +PONG, as Redis does */
+  int fd;   /* listening */
+};
+
+static int serve_anything(void *arg) {
+  const struct anything *an = arg;
+  const char *reply = an->reply;
+  int lfd = an->fd;
+  enum { BUF = 1 << 20 };
+  struct pollfd p[32] = {{.fd = lfd, .events = POLLIN}};
+  char *buf[32];
+  size_t have[32] = {0};
+  for (int i = 0; i < 32; i++)
+    if ((buf[i] = malloc(BUF)) == NULL)
+      return 1;
+  int n = 1;
+  for (;;) {
+    if (poll(p, (nfds_t)n, -1) < 0)
+      continue;
+    if ((p[0].revents & POLLIN) && n < 32) {
+      int c = accept(lfd, NULL, NULL);
+      if (c >= 0) {
+        p[n].fd = c;
+        p[n].events = POLLIN;
+        have[n] = 0;
+        n++;
+      }
+    }
+    for (int i = 1; i < n; i++) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      ssize_t k = read(p[i].fd, buf[i] + have[i], BUF - have[i]);
+      if (k <= 0) {
+        close(p[i].fd);
+        p[i] = p[n - 1];
+        have[i] = have[n - 1];
+        char *tmp = buf[i];
+        buf[i] = buf[n - 1];
+        buf[n - 1] = tmp;
+        n--;
+        i--;
+        continue;
+      }
+      have[i] += (size_t)k;
+      /* one reply per complete command: *N then N $len bulk strings */
+      for (;;) {
+        char *s = buf[i], *end = buf[i] + have[i];
+        if (have[i] == 0 || s[0] != '*')
+          break;
+        char *e = memchr(s, '\n', (size_t)(end - s));
+        if (e == NULL)
+          break;
+        long args = strtol(s + 1, NULL, 10);
+        char *q = e + 1;
+        int done = 1;
+        for (long j = 0; j < args && done; j++) {
+          char *le = memchr(q, '\n', (size_t)(end - q));
+          if (le == NULL || q[0] != '$') {
+            done = 0;
+            break;
+          }
+          long blen = strtol(q + 1, NULL, 10);
+          if (end - (le + 1) < blen + 2) {
+            done = 0;
+            break;
+          }
+          q = le + 1 + blen + 2;
+        }
+        if (!done)
+          break;
+        const char *r = reply;
+        if (an->pong && strncmp(e + 1, "$4\r\nPING\r\n", 10) == 0)
+          r = "+PONG\r\n";
+        if (write(p[i].fd, r, strlen(r)) < 0)
+          break;
+        have[i] -= (size_t)(q - s);
+        memmove(buf[i], q, have[i]);
+      }
+      if (have[i] == BUF)
+        have[i] = 0; /* a command too long for this server: dropped */
+    }
+  }
+  return 0;
+}
+
+static void anything_server(struct th_fx *fx, const char *reply, int pong,
+                            char *url, size_t len) {
+  char sock[300];
+  snprintf(sock, sizeof sock, "%s/fake.sock", R.dir);
+  unlink(sock);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  assert_true(strlen(sock) < sizeof sa.sun_path);
+  memcpy(sa.sun_path, sock, strlen(sock) + 1);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(lfd, 16), 0);
+  struct anything an = {reply, pong, lfd};
+  th_spawn(fx, serve_anything, &an);
+  close(lfd);
+  snprintf(url, len, "unix://%s", sock);
+}
+
+/* A server that answers +OK (or :0) to every command admits nobody: each
+ * reply's shape is checked, a wrong one is said, and the segment serves
+ * (here its cap of 1 holds). */
+static void test_redis_faults_server_answering_anything_admits_nobody(
+    void **state) {
+  struct th_fx *fx = *state;
+  static const char *const replies[] = {"+OK\r\n", "+OK\r\n", ":0\r\n",
+                                        "*0\r\n", "*4\r\n:0\r\n:1\r\n:0\r\n:0\r\n"};
+  for (size_t i = 0; i < sizeof replies / sizeof *replies; i++) {
+    char url[400];
+    anything_server(fx, replies[i], i > 0, url, sizeof url);
+    int rc;
+    throttle_t *h = host_at(fx, url, &rc);
+    assert_int_equal(throttle_set_max_parallel(h, "k", 1), 0);
+    throttle_ticket_t *t = NULL, *t2 = NULL;
+    assert_int_equal(throttle_try_enter(h, "k", THROTTLE_CLASS_LIVE, &t, NULL),
+                     0);
+    assert_int_equal(
+        throttle_try_enter(h, "k", THROTTLE_CLASS_LIVE, &t2, NULL),
+        THROTTLE_EWOULDBLOCK);
+    assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+    assert_int_equal(throttle_backoff(h, "k", 100), 0);
+    printf("%s\n", throttle_errmsg(h));
+    assert_true(th_contains(throttle_errmsg(h), "segment serves"));
+    assert_true(th_contains(throttle_errmsg(h), "unexpected reply"));
+    throttle_close(h);
+    for (int k = 0; k < fx->nkids; k++) {
+      kill(fx->kids[k], SIGKILL);
+      waitpid(fx->kids[k], NULL, 0);
+    }
+    fx->nkids = 0;
+  }
+}
+
+/* ---- URLs, passwords, users --------------------------------------------- */
+
+static void test_redis_faults_url_forms_and_passwords(void **state) {
+  struct th_fx *fx = *state;
+  int rc;
+  /* never printed, whatever goes wrong */
+  throttle_t *h = host_at(fx, "redis://:s3cret@127.0.0.1:1/2", &rc);
+  assert_int_equal(throttle_backoff(h, "k", 1000), 0);
+  assert_true(th_contains(throttle_errmsg(h), "segment serves"));
+  assert_false(th_contains(throttle_errmsg(h), "s3cret"));
+  throttle_close(h);
+  /* an ACL user, an IPv6 host */
+  h = host_at(fx, "redis://thr:s3cret@127.0.0.1:1", &rc);
+  assert_int_equal(rc, 0);
+  assert_string_equal(throttle_backend(h), "redis://thr:***@127.0.0.1:1");
+  assert_int_equal(throttle_backoff(h, "k", 1000), 0);
+  assert_false(th_contains(throttle_errmsg(h), "s3cret"));
+  throttle_close(h);
+  h = host_at(fx, "redis://[::1]:1/3", &rc);
+  assert_int_equal(rc, 0);
+  throttle_close(h);
+  /* TLS: refused, and said why */
+  h = host_at(fx, "rediss://127.0.0.1:6380", &rc);
+  assert_int_equal(rc, THROTTLE_EINVAL);
+  assert_true(th_contains(throttle_errmsg(h), "TLS"));
+  throttle_close(h);
+
+  /* a Redis that wants a password */
+  cli6("ACL", "SETUSER", "thr", "on", ">s3cret", "~*");
+  cli("ACL", "SETUSER", "thr", "+@all", NULL);
+  cli("CONFIG", "SET", "requirepass", "0ther", NULL);
+  char url[400];
+  h = host_at(fx, R.url, &rc);
+  assert_int_equal(throttle_backoff(h, "k", 1000), 0);
+  assert_true(th_contains(throttle_errmsg(h), "NOAUTH"));
+  throttle_close(h);
+  snprintf(url, sizeof url, "unix://thr:wrong@%s", R.sock);
+  h = host_at(fx, url, &rc);
+  assert_int_equal(throttle_backoff(h, "k", 1000), 0);
+  assert_true(th_contains(throttle_errmsg(h), "WRONGPASS"));
+  assert_false(th_contains(throttle_errmsg(h), "wrong@"));
+  throttle_close(h);
+  snprintf(url, sizeof url, "unix://thr:s3cret@%s", R.sock);
+  throttle_t *a = host_at(fx, url, &rc);
+  assert_int_equal(rc, 0);
+  snprintf(url, sizeof url, "unix://:0ther@%s", R.sock);
+  throttle_t *b = host_at(fx, url, &rc);
+  assert_int_equal(rc, 0);
+  assert_int_equal(throttle_backoff(a, "k", TH_LONG_MS), 0);
+  assert_string_equal(throttle_errmsg(a), "");
+  assert_true(th_remaining(b, "k") > 0);
+  throttle_close(a);
+  throttle_close(b);
+}
+
+/* ---- Cluster ------------------------------------------------------------ */
+
+static int setup_cluster(void **state) {
+  if (th_setup(state) != 0)
+    return -1;
+  memset(&R, 0, sizeof R);
+  static const char *const extra[] = {"--cluster-enabled", "yes",
+                                      "--cluster-config-file", "nodes.conf",
+                                      NULL};
+  R.extra = extra;
+  return th_redis_start(&R);
+}
+
+/* A Cluster node is refused at open, clearly; the handle works on its
+ * segment. */
+static void test_redis_faults_cluster_refused_at_open(void **state) {
+  struct th_fx *fx = *state;
+  int rc;
+  throttle_t *h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, THROTTLE_EBACKEND);
+  assert_true(th_contains(throttle_errmsg(h), "Cluster"));
+  assert_int_equal(throttle_backoff(h, "k", TH_LONG_MS), 0);
+  assert_true(th_remaining(h, "k") > 0);
+  throttle_close(h);
+}
+
+/* ---- the heartbeat ------------------------------------------------------ */
+
+/* One process holds more admissions than one heartbeat round used to
+ * refresh: every one stays alive past several liveness bounds. */
+static void test_redis_faults_heartbeat_keeps_every_holding(void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  enum { N = 80 };
+  throttle_t *a = th_open(fx);
+  throttle_ticket_t *t[N];
+  for (int i = 0; i < N; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "m%02d", i);
+    assert_int_equal(throttle_enter(a, key, THROTTLE_CLASS_LIVE, 1000, &t[i]),
+                     0);
+  }
+  th_sleep_ms(3500); /* more than three liveness bounds */
+  throttle_t *b = other_host(fx);
+  int lost = 0;
+  for (int i = 0; i < N; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "m%02d", i);
+    lost += field(b, key, THROTTLE_FIELD_IN_FLIGHT) != 1;
+  }
+  assert_int_equal(lost, 0);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
+/* Redis restarts empty beneath two holders of a key of cap 2: their
+ * heartbeats register them again (counted as held), so a newcomer waits
+ * and their reports free their slots as usual. */
+static void test_redis_faults_restart_heartbeat_registers_holders_again(
+    void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws/k", 2), 0);
+  throttle_ticket_t *t[2] = {NULL, NULL}, *t3 = NULL;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(
+        throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 1000, &t[i]), 0);
+  th_redis_stop(&R, 1);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  throttle_t *b = other_host(fx);
+  th_wait_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT, 2, HANG_GUARD_MS);
+  /* the cap set before the restart is gone with it; the learned cap
+   * starts at 1, and the two held slots count */
+  assert_int_equal(throttle_try_enter(b, "ws/k", THROTTLE_CLASS_LIVE, &t3,
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT), 0);
+  throttle_close(b);
+}
+
+/* A clear (or reset) on one host is not undone by another host's healing:
+ * its copy of the back-off, published before the clear, is dropped, not
+ * published again, and its callers go through. */
+static void test_redis_faults_clear_on_one_host_not_healed_back(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  for (int reset = 0; reset < 2; reset++) {
+    assert_int_equal(throttle_backoff(a, "ws/k", TH_LONG_MS), 0);
+    assert_true(th_remaining(b, "ws/k") > 0);
+    assert_int_equal(reset ? throttle_reset(b) : throttle_clear(b, "ws/k"),
+                     0);
+    /* a's next calls heal from its segment: the copy is older */
+    assert_int_equal(throttle_wait(a, "ws/k", 1000), 0);
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(throttle_try_enter(a, "ws/k", THROTTLE_CLASS_LIVE, &t,
+                                        NULL),
+                     0);
+    assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+    assert_int_equal(th_remaining(b, "ws/k"), 0);
+  }
+  /* a back-off told after the clear and lost by Redis still heals */
+  assert_int_equal(throttle_backoff(a, "ws/k", TH_LONG_MS), 0);
+  cli("FLUSHALL", NULL, NULL, NULL, NULL);
+  assert_int_equal(throttle_wait(a, "ws/k", 0), THROTTLE_ETIMEDOUT);
+  assert_true(th_remaining(b, "ws/k") > 0);
+  throttle_close(b);
+}
+
+/* ---- time --------------------------------------------------------------- */
+
+/* A stall longer than the caller's timeout, while the caller waits in
+ * Redis: it returns by its timeout, the backend's part and the segment's
+ * together. */
+struct stall_arg {
+  const char *seg;
+  int fd;
+};
+
+static int wait_through_stall(void *p) {
+  struct stall_arg *sa = p;
+  throttle_config_t *cfg = throttle_config_new();
+  TH_CHILD_CHECK(throttle_config_set_segment(cfg, sa->seg) == 0);
+  TH_CHILD_CHECK(throttle_config_set_backend(cfg, R.url) == 0);
+  throttle_t *b = NULL;
+  TH_CHILD_CHECK(throttle_open(cfg, &b) == 0);
+  throttle_config_free(cfg);
+  throttle_ticket_t *t = NULL;
+  uint64_t t0 = th_mono_ms();
+  int rc = throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 2000, &t);
+  uint64_t took = th_mono_ms() - t0;
+  printf("enter(2000): %s after %llu ms: %s\n", throttle_err_name(rc),
+         (unsigned long long)took, throttle_errmsg(b));
+  th_send_u64(sa->fd, took);
+  TH_CHILD_CHECK(rc == THROTTLE_ETIMEDOUT);
+  throttle_close(b);
+  return 0;
+}
+
+static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  /* host b: its segment has k paused, so its fall-back waits too */
+  const char *seg = th_extra_name(fx);
+  throttle_config_t *cfg = throttle_config_new();
+  assert_int_equal(throttle_config_set_segment(cfg, seg), 0);
+  throttle_t *plain = NULL;
+  assert_int_equal(throttle_open(cfg, &plain), 0);
+  throttle_config_free(cfg);
+  assert_int_equal(throttle_pause(plain, "k"), 0);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct stall_arg sa = {seg, fds[1]};
+  pid_t kid = th_spawn(fx, wait_through_stall, &sa);
+  /* b waits in Redis; then Redis stalls for longer than b's timeout */
+  th_wait_field(a, "k", THROTTLE_FIELD_WAITING_LIVE, 1, HANG_GUARD_MS);
+  const char *args[] = {"DEBUG", "SLEEP", "3", NULL};
+  int cli_pid = th_redis_cli(&R, 1, args);
+  assert_true(cli_pid > 0);
+  uint64_t took = 0;
+  assert_int_equal(th_recv_u64(fds[0], &took), 0);
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
+  th_reap(fx, cli_pid, HANG_GUARD_MS);
+  assert_true(took < 2000 + 300);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(plain);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+/* An enter sent into a stalled Redis runs when it resumes, after its
+ * caller gave up: the admission it grants nobody holds is given back by
+ * the call's token, long before the liveness bound would reclaim it. */
+static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *tb = NULL, *ta = NULL;
+  /* the enter script loaded: the stalled command is its EVALSHA */
+  assert_int_equal(throttle_enter(b, "warm", THROTTLE_CLASS_LIVE, 1000, &tb),
+                   0);
+  assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
+  const char *args[] = {"DEBUG", "SLEEP", "1", NULL};
+  int cli_pid = th_redis_cli(&R, 1, args);
+  assert_true(cli_pid > 0);
+  th_sleep_ms(300); /* the server asleep: 700 ms left */
+  int rc = throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 200, &tb);
+  printf("enter into the stall: %s: %s\n", throttle_err_name(rc),
+         throttle_errmsg(b));
+  if (rc == 0) /* the segment served it */
+    assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
+  th_reap(fx, cli_pid, HANG_GUARD_MS);
+  printf("after the stall: %lld in flight\n",
+         (long long)th_field(a, "k", THROTTLE_FIELD_IN_FLIGHT));
+  /* the liveness bound is 10 s: a phantom would hold the slot past 8 s */
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 8000, &ta), 0);
+  assert_int_equal(th_field(a, "k", THROTTLE_FIELD_RECLAIMS), 0);
+  assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
+int main(int argc, char **argv) {
+  if (!th_redis_available()) {
+    printf("SKIP test_redis_faults: redis-server is not installed\n");
+    return 0;
+  }
+  th_redis_use_module(argv[0]);
+  if (argc > 1) /* one test, or those a pattern names */
+    cmocka_set_test_filter(argv[1]);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_dead_holder_beneath_pool_poisons_nothing, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_script_error_is_no_outage, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_idle_closed_connection_reconnects, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_blocking_refused_polls_boundedly, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_eviction_policy_warned_at_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_server_answering_anything_admits_nobody, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_url_forms_and_passwords, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_faults_cluster_refused_at_open,
+                                      setup_cluster, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_heartbeat_keeps_every_holding, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_restart_heartbeat_registers_holders_again, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_clear_on_one_host_not_healed_back, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stalled_enter_leaves_no_phantom, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
