@@ -18,21 +18,48 @@ about libthrottle sends them:
 Runs wherever urllib3 is installed (Debian's python3-urllib3 1.26 in
 tests/test_python.sh, the dlt venv's urllib3 2 in tests/test_dlt.sh)."""
 
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
 urllib3 = pytest.importorskip("urllib3")
 
 import libthrottle  # noqa: E402
-from conftest import TOP, child_env, early  # noqa: E402
+from conftest import TOP, child_env, early, field, until  # noqa: E402
 
 LOAD = "/v1/tables/{table}/load"
 KEY = "hotdata:{host}/{table}"
+ORDERS = "hotdata:127.0.0.1/orders"
+
+
+@contextlib.contextmanager
+def locked_once(mock, t):
+    """Table orders held until a refusal of it has been reported to the
+    gate (by this process or a child on the same segment), then free: a
+    lock episode of exactly one refusal, however slow the machine."""
+    held = {"table": "orders"}
+    mock.admin("hold", dict(held, ms=600000))
+    done = threading.Event()
+
+    def release():
+        try:
+            until(lambda: field(t, ORDERS, "locked") >= 1, timeout=120,
+                  what="a refusal")
+        finally:
+            mock.admin("release", held)
+            done.set()
+    th = threading.Thread(target=release, daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        done.wait(130)
 
 
 @pytest.fixture
@@ -86,8 +113,8 @@ def test_dlt_instrument_rules_parse():
 def test_dlt_instrument_retry_returns_the_answer_after_the_lock(
         mock, t, instrumented):
     stats = instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 500})
-    r = post(mock, body=b"0123456789")
+    with locked_once(mock, t):
+        r = post(mock, body=b"0123456789")
     assert r.status == 200
     assert json.loads(r.data)["loaded"] == 10  # the whole body, again
     st = mock.stats()
@@ -98,10 +125,10 @@ def test_dlt_instrument_retry_returns_the_answer_after_the_lock(
 
 def test_dlt_instrument_retry_rewinds_a_file_body(mock, t, instrumented):
     instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
     f = io.BytesIO(b"skip" + b"x" * 100)
     f.seek(4)
-    r = post(mock, body=f, headers={"Content-Length": "100"})
+    with locked_once(mock, t):
+        r = post(mock, body=f, headers={"Content-Length": "100"})
     assert r.status == 200 and json.loads(r.data)["loaded"] == 100
     assert mock.stats()["tables"]["orders"]["refused"] == 1
 
@@ -145,8 +172,8 @@ def test_dlt_instrument_surface_returns_the_409(mock, t, instrumented,
 def test_dlt_instrument_requests_retry(mock, t, instrumented):
     requests = pytest.importorskip("requests")
     instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
-    r = requests.post(mock.load_url(), data=b"abcdef", timeout=30)
+    with locked_once(mock, t):
+        r = requests.post(mock.load_url(), data=b"abcdef", timeout=30)
     assert r.status_code == 200 and r.json()["loaded"] == 6
     st = mock.stats()
     assert st["tables"]["orders"]["refused"] == 1 and early(st) == 0
@@ -155,8 +182,7 @@ def test_dlt_instrument_requests_retry(mock, t, instrumented):
 def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
     httpx = pytest.importorskip("httpx")
     stats = instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30) as c, locked_once(mock, t):
         r = c.post(mock.load_url(), content=b"abcdef")
         assert r.status_code == 200 and r.json()["loaded"] == 6
         assert mock.stats()["tables"]["orders"]["refused"] == 1
@@ -195,12 +221,12 @@ def run_under(rules, code, **env):
         env=child_env(**env), timeout=120, cwd=TOP)
 
 
-def test_dlt_instrument_launcher_instruments_the_child(mock, segment):
-    mock.admin("hold", {"table": "orders", "ms": 500})
+def test_dlt_instrument_launcher_instruments_the_child(mock, t):
     code = ("import urllib3, sys\n"
             "r = urllib3.PoolManager().request('POST', %r, body=b'abc')\n"
             "print(r.status, r.data.decode())\n" % mock.load_url())
-    out = run_under(["%s %s" % (LOAD, KEY)], code)
+    with locked_once(mock, t):
+        out = run_under(["%s %s" % (LOAD, KEY)], code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("200 ")
     st = mock.stats()
