@@ -12,6 +12,8 @@ about libthrottle sends them:
     urllib3, requests and httpx read it, the back-off published for the
     others; a 429 holds every table of the workspace;
   - a body that cannot be replayed (a generator) is sent once;
+  - not admitted in time is NotAdmitted, a TimeoutError, nothing sent; no
+    answer at all is the client's own error, the slot given back;
   - a request no rule matches is not admitted;
   - the launcher instruments a child program, and refuses a bad rule.
 
@@ -193,6 +195,31 @@ def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
         r = c.post(mock.load_url(), content=chunks())
         assert r.status_code == 409 and stats["passed_once"] == 1
     assert early(mock.stats()) == 0
+
+
+def test_dlt_instrument_not_admitted_in_time(mock, t, instrumented):
+    stats = instrumented("%s %s timeout=0.3" % (LOAD, KEY))
+    t.pause(ORDERS)
+    with pytest.raises(libthrottle.NotAdmitted) as e:
+        post(mock)
+    # a TimeoutError: what clients (the hotdata SDK) retry as transient
+    assert isinstance(e.value, TimeoutError) and ORDERS in str(e.value)
+    assert stats["not_admitted"] == 1 and mock.stats()["requests"] == 0
+
+
+def test_dlt_instrument_no_answer_raises_the_clients_error(t, instrumented):
+    instrumented("%s %s" % (LOAD, KEY))
+    import socket
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d/v1/tables/orders/load" % s.getsockname()[1]
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            urllib3.PoolManager().request("POST", url, body=b"x",
+                                          retries=False)
+    key = "hotdata:127.0.0.1/orders"
+    # admitted once, given back as failed, nothing published
+    assert t.info(key)["admitted"] == 1 and t.info(key)["in_flight"] == 0
+    assert t.remaining(key) == 0
 
 
 def test_dlt_instrument_429_holds_the_workspace(mock, t, instrumented):
