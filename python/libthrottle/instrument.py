@@ -30,15 +30,19 @@ default POST); KEY a template of the path's {names}, {host}, {port} and
 {header:NAME} (a request header; a request without it is not matched).
 OPTIONS: retry (default) | surface, class=live|backfill, cap=N|auto (the
 key's concurrency cap, set on the key's first use in each process: auto
-learns it from the server's lock answers), retries=N (re-sends, default
-10), timeout=S (seconds for the whole call, waiting included; default 300),
-host=HOST[:PORT] (only this host).
+learns it from the server's lock answers), pool=N (a cap on the scope
+just above the key, shared by every key beneath it; 0: none), retries=N (re-sends,
+default 10), timeout=S (seconds for the whole call, waiting included;
+default 300), host=HOST[:PORT] (only this host).
 Presets: "hotdata" — the Hotdata API's table loads,
 POST /v1/connections/{connection}/schemas/{schema}/tables/{table}/loads
-under hotdata:{header:X-Workspace-Id}/{table}, retry, cap=1 (the API
-serialises one table's writes; "hotdata cap=auto" learns the cap from its
-lock answers instead, at the cost of one refusal and one Retry-After the
-first time).  Its 429s and 503s hold the whole workspace (the key's scope,
+under hotdata:{header:X-Workspace-Id}/{connection}/{table}, retry, cap=1,
+pool=1: one load at a time per table, and per database (the connection
+is the database's), whose loads the API locks together.  "hotdata
+pool=0" keeps the tables of a database apart; "hotdata cap=auto pool=0"
+learns each table's cap from its lock answers instead, at the cost of one
+refusal and one Retry-After the first time.  Its
+429s and 503s hold the whole workspace (the key's root scope,
 hotdata:WORKSPACE).
 
 Bodies: bytes, str and memoryview are sent again as they were; a file
@@ -81,8 +85,8 @@ PRESETS = {
     "hotdata": ("POST",
                 "/v1/connections/{connection}/schemas/{schema}/tables/"
                 "{table}/loads",
-                "hotdata:{header:X-Workspace-Id}/{table}",
-                {"cap": 1}),
+                "hotdata:{header:X-Workspace-Id}/{connection}/{table}",
+                {"cap": 1, "pool": 1}),
 }
 
 _SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -94,8 +98,8 @@ class Rule:
     documentation for the fields)."""
 
     def __init__(self, path, key, method="POST", *, retry=True,
-                 klass="live", cap=None, retries=10, timeout=300.0,
-                 host=None, locked_codes=None):
+                 klass="live", cap=None, pool=None, retries=10,
+                 timeout=300.0, host=None, locked_codes=None):
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError("path must be a str starting with '/': %r"
                              % (path,))
@@ -107,6 +111,14 @@ class Rule:
                 (isinstance(cap, bool) or not isinstance(cap, int) or
                  not 1 <= cap <= 32):
             raise ValueError("cap must be 1 to 32 or 'auto': %r" % (cap,))
+        if pool is not None and (isinstance(pool, bool) or
+                                 not isinstance(pool, int) or
+                                 not 1 <= pool <= 32):
+            raise ValueError("pool must be 1 to 32: %r" % (pool,))
+        if pool is not None and "/" not in key:
+            raise ValueError("pool needs a key with a scope above it "
+                             "(a '/' in %r)" % (key,))
+        self.pool = pool
         self.path, self.key, self.method = path, key, method.upper()
         self.retry, self.klass, self.cap = bool(retry), klass, cap
         self.retries, self.timeout = int(retries), timeout
@@ -158,6 +170,8 @@ class Rule:
                 opts["klass"] = value
             elif eq and name == "cap":
                 opts["cap"] = value if value == "auto" else int(value)
+            elif eq and name == "pool":
+                opts["pool"] = int(value) or None  # 0: no pool
             elif eq and name == "retries":
                 opts["retries"] = int(value)
             elif eq and name == "timeout":
@@ -198,10 +212,11 @@ class Rule:
         return key if ok else None
 
     def __repr__(self):
-        return "Rule(%s %s -> %s, %s, class=%s%s)" % (
+        return "Rule(%s %s -> %s, %s, class=%s%s%s)" % (
             self.method, self.path, self.key,
             "retry" if self.retry else "surface", self.klass,
-            ", cap=%s" % self.cap if self.cap is not None else "")
+            ", cap=%s" % self.cap if self.cap is not None else "",
+            ", pool=%s" % self.pool if self.pool is not None else "")
 
 
 def _header(headers, name):
@@ -383,11 +398,14 @@ def _through_gate(rule, key, attempt, replayable, rewind, discard):
     a transient answer nobody will see."""
     t = _state["throttle"] or default_throttle()
     stats = _state["stats"]
-    if rule.cap is not None and key not in _state["caps"]:
+    if key not in _state["caps"]:
         _state["caps"].add(key)
-        try:
-            t.set_max_parallel(key, rule.cap)
-        except Exception:  # fail open: the gate still admits, uncapped
+        try:  # fail open: the gate still admits, uncapped
+            if rule.cap is not None:
+                t.set_max_parallel(key, rule.cap)
+            if rule.pool is not None:
+                t.set_max_parallel(key.rsplit("/", 1)[0], rule.pool)
+        except Exception:
             pass
     retries = rule.retries if rule.retry and replayable else 0
     if not replayable:

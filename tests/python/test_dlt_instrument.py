@@ -80,12 +80,13 @@ def post(mock, table="orders", body=b"row\n", pool=None, **kw):
 
 def test_dlt_instrument_rules_parse():
     r = libthrottle.Rule.parse("hotdata class=backfill")
-    assert (r.method, r.klass, r.cap, r.retry) == ("POST", "backfill", 1,
-                                                   True)
-    assert libthrottle.Rule.parse("hotdata cap=auto surface").cap == "auto"
+    assert (r.method, r.klass, r.cap, r.pool, r.retry) == (
+        "POST", "backfill", 1, 1, True)
+    r2 = libthrottle.Rule.parse("hotdata cap=auto pool=0 surface")
+    assert (r2.cap, r2.pool, r2.retry) == ("auto", None, False)
     assert r.match("POST", "https", "api.hotdata.dev", 443,
                    "/v1/connections/c1/schemas/public/tables/orders/loads",
-                   {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/orders"
+                   {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/c1/orders"
     # no workspace header: the rule does not apply
     assert r.match("POST", "https", "h", 443,
                    "/v1/connections/c1/schemas/public/tables/orders/loads",
@@ -107,7 +108,8 @@ def test_dlt_instrument_rules_parse():
                 "%s hotdata:{nothing}" % LOAD, "%s %s cap=99" % (LOAD, KEY),
                 "%s %s class=urgent" % (LOAD, KEY),
                 "%s %s retries=-1" % (LOAD, KEY),
-                "/v1/{t}/{t} hotdata:{t}"):
+                "/v1/{t}/{t} hotdata:{t}", "/v1/{t} k:{t} pool=1",
+                "hotdata pool=33"):
         with pytest.raises(ValueError):
             libthrottle.Rule.parse(bad)
 
