@@ -350,10 +350,9 @@ $(B)/man/%: docs/man/%.scd | $(B)/man
 # tests/test_python.sh runs the suite in make check.
 PYTHONS ?= python3 /usr/bin/python3
 PY_PKG  := $(wildcard python/libthrottle/*.py) python/libthrottle/py.typed
+# files of the package's subdirectories (python -m libthrottle.run's _boot)
+PY_SUB  := $(wildcard python/libthrottle/*/*.py)
 PY_DIST := libthrottle-$(VERSION).dist-info
-# the launcher's sitecustomize (python -m libthrottle.run), in a directory
-# of its own: only it goes on the child's path
-PY_BOOT := python/libthrottle/_boot/sitecustomize.py
 
 .PHONY: install-python uninstall-python
 install: install-python
@@ -364,7 +363,10 @@ install-python: all
 	  echo "install python package for $$py: $(DESTDIR)$$dir/libthrottle"; \
 	  install -d "$(DESTDIR)$$dir/libthrottle" || exit 1; \
 	  install -m 0644 $(PY_PKG) "$(DESTDIR)$$dir/libthrottle/" || exit 1; \
-	  install -D -m 0644 $(PY_BOOT) "$(DESTDIR)$$dir/libthrottle/_boot/sitecustomize.py" || exit 1; \
+	  for f in $(PY_SUB:python/libthrottle/%=%); do \
+	    install -d "$(DESTDIR)$$dir/libthrottle/$${f%/*}" && \
+	    install -m 0644 "python/libthrottle/$$f" "$(DESTDIR)$$dir/libthrottle/$$f" || exit 1; \
+	  done; \
 	  printf '# written by make install\nLIBDIR = %s\n' "'$(LIBDIR)'" \
 	    > "$(DESTDIR)$$dir/libthrottle/_installed.py" || exit 1; \
 	  install -d "$(DESTDIR)$$dir/$(PY_DIST)" || exit 1; \
@@ -384,8 +386,10 @@ uninstall-python:
 	  [ -d "$$d" ] || continue; \
 	  echo "uninstall python package for $$py: $$d"; \
 	  for f in $(notdir $(PY_PKG)) _installed.py; do rm -f "$$d/$$f"; done; \
-	  rm -rf "$$d/_boot/sitecustomize.py" "$$d/_boot/__pycache__"; \
-	  rmdir "$$d/_boot" 2>/dev/null; \
+	  for f in $(PY_SUB:python/libthrottle/%=%); do \
+	    rm -f "$$d/$$f"; rm -rf "$$d/$${f%/*}/__pycache__"; \
+	    rmdir "$$d/$${f%/*}" 2>/dev/null || true; \
+	  done; \
 	  rm -rf "$$d/__pycache__"; rmdir "$$d" || exit 1; \
 	  rm -f "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER"; \
 	  rmdir "$(DESTDIR)$$dir/$(PY_DIST)" 2>/dev/null || true; \

@@ -186,6 +186,17 @@ SETUP = {"lt-async": _lt_async_setup}
 
 
 def worker(strategy, url, n):
+    # imported and opened before the go, as a running loader has them
+    # (importing requests or httpx takes longer than a load)
+    import httpx  # noqa: F401
+    import requests  # noqa: F401
+    import tenacity  # noqa: F401
+    import urllib3  # noqa: F401
+    import libthrottle
+    import libthrottle.httpx  # noqa: F401
+    import libthrottle.requests  # noqa: F401
+    import libthrottle.tenacity  # noqa: F401
+    libthrottle.default_throttle()
     setup = SETUP[strategy](url) if strategy in SETUP else None
     print("ready", flush=True)
     sys.stdin.readline()  # go

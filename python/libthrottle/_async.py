@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """_async.py — AsyncThrottle: Throttle's calls as coroutines for asyncio,
-with waiting that never blocks the event loop and takes no thread.
+with waiting that never blocks the event loop and takes no thread per
+waiting task.
 
     t = libthrottle.AsyncThrottle()
     async with t.admit("hotdata:ws1/orders", timeout=30) as adm:
@@ -8,55 +9,57 @@ with waiting that never blocks the event loop and takes no thread.
         adm.report(status, headers, body)
     await t.wait("hotdata:ws1/orders", timeout=10)
 
-How a task waits.  A blocking throttle_enter() would hold the loop (or a
-thread per waiter).  Instead the tasks of one AsyncThrottle that wait for
-the same key and class form a FIFO queue in the process; only its head
-asks the library, with the non-blocking throttle_try_enter(), and sleeps
-on the loop (call_later) for the wait the library hints (the back-off or
-rate left), or, when the wait is for a slot (hint 0), for POLL_MIN_S
-doubling to POLL_MAX_S.  An admission of this AsyncThrottle given back
-wakes every sleeping head at once, so a slot passes between the tasks of
-one process with no delay; a slot given back by another process is seen
-within POLL_MAX_S.  When the head is admitted the next task becomes head.
-So the library is asked at most 1 / POLL_MIN_S times a second per waiting
-key, whatever the number of waiting tasks, and a call takes microseconds
-(no mutex is held between calls: a waiting task holds nothing, I4).
+How a task waits.  A blocking throttle_enter() on the loop's thread
+would hold the loop, and one thread per waiting task does not scale.
+Instead the tasks of one AsyncThrottle that wait for the same key and
+class form a FIFO queue in the process, and only its head waits in the
+library: in throttle_enter(), made by a helper thread of its own, so that
+the process holds its place in the key's queue across processes (first
+come, first served; live before backfill; throttle_cancel() reaches it).
+The thread hands the admission to the loop (call_soon_threadsafe) and
+ends; the next task becomes head.  So a process has one such thread per
+key (and class) it waits for, whatever the number of waiting tasks, and
+the loop never blocks.  throttle_cancel() on the key ends the head's wait
+with ECANCELED, and with it the waits of the tasks queued behind it.
 
 Cancelling a waiting task (task.cancel(), asyncio.timeout, wait_for) takes
-it out of the queue at once and makes the next task head; nothing of it is
-left in the library, which never saw it.  close() ends every wait with
-ThrottleClosed.
+it out of the queue at once and makes the next task head; a cancelled
+head's thread gives its place in the library back within the interrupt
+period (50 ms: the handle's interrupt check sees the task's stop event),
+and an admission it got meanwhile is given back at once.  close() ends
+every wait with ThrottleClosed.
+
+With a library without throttle_config_set_interrupt() (an older one) the
+head polls instead: the non-blocking throttle_try_enter() and its wait
+hint (the back-off or rate left), or POLL_MIN_S doubling to POLL_MAX_S
+while the wait is for a slot; an admission given back in the process
+wakes it at once.  A polling head holds no place in the key's queue:
+blocking waiters of other processes go first.
 
 arun() is libthrottle.run()'s loop for asyncio (the httpx and aiohttp
 integrations use it).
 
-Costs, and what was rejected.  The queue places of a process's tasks are
-its own: in the key's FIFO queue across processes, a process that blocks
-in throttle_enter() holds a place, and a polling head takes the slot only
-when the library would give it to a new caller (after the older blocking
-waiters) — first come, first served holds within the process and between
-AsyncThrottles, and blocking waiters of other processes may go first.
-throttle_cancel() ends blocking waiters; polling heads do not see it (use
-task.cancel()).  Rejected: a thread per waiting task blocked in
-throttle_enter() (1,000 tasks, 1,000 threads), and one helper thread
-blocked for the head of each key (a cancelled head would hold its place
-in the library until its interrupt check ran, up to 50 ms later; the
-thread, not the loop, would own the queue place).  With a Redis backend
-each call is a round trip to Redis made on the loop's thread.
+Rejected: a thread per waiting task blocked in throttle_enter() (1,000
+tasks, 1,000 threads); polling with throttle_try_enter() alone (measured:
+a process of asyncio tasks beside processes blocked in throttle_enter()
+got its slots only after theirs, as it held no place in the queue).
+With a Redis backend each non-waiting call is a round trip to Redis made
+on the loop's thread.
 """
 
 import asyncio
 import collections
+import threading
 from typing import (Any, Awaitable, Callable, Deque, Dict, List, Optional,
                     Sequence, Set, Tuple, Union)
 
 from ._admission import Admission
 from ._answers import Classifier, Outcome
-from ._base import (_ETIMEDOUT, FOREVER, Key, Seconds, _key, _klass, _ms,
-                    error)
-from ._errors import ETIMEDOUT, Error, ThrottleClosed
+from ._base import (_ETIMEDOUT, FOREVER, HAVE_INTERRUPT, Key, Seconds, _key,
+                    _klass, _ms, error)
+from ._errors import ECANCELED, EINTR, ETIMEDOUT, Error, ThrottleClosed
 from ._http import Loop, TransportError, _Done, default_throttle
-from ._throttle import Throttle
+from ._throttle import Throttle, _calling
 
 POLL_MIN_S = 0.002
 POLL_MAX_S = 0.025
@@ -119,10 +122,21 @@ class AsyncAdmission:
     async def requeue(self, kind: str = "transient",
                       retry_after: Optional[Seconds] = None,
                       timeout: Optional[Seconds] = None) -> "AsyncAdmission":
-        """Report a transient outcome as leave() does, then wait to send
-        again at the front of this process's queue for the key (ahead of
-        its tasks that came later).  Returns self, admitted again; on an
-        error (ETIMEDOUT, cancellation) the admission is over."""
+        """As Admission.requeue(): report a transient outcome as leave()
+        does, then wait to send again in this admission's place in the
+        key's queue, ahead of everyone who came after it (in a helper
+        thread, as admit() waits).  Returns self, admitted again; on an
+        error (ETIMEDOUT, cancellation) the admission is over.  (With a
+        library without the interrupt hook: at the front of this process's
+        queue for the key.)"""
+        if HAVE_INTERRUPT:
+            adm = self._adm
+            try:
+                await self._owner._in_thread(
+                    lambda: adm.requeue(kind, retry_after, timeout))
+            finally:
+                self._owner._kick()
+            return self
         self.leave(kind, retry_after)
         self._adm = await self._owner._enter(self.key, self._klass, timeout,
                                              front=True)
@@ -190,6 +204,8 @@ class AsyncThrottle:
         self._queues: Dict[Tuple[bytes, int],
                            Deque["asyncio.Future[None]"]] = {}
         self._sleepers: Set["asyncio.Future[None]"] = set()
+        self._stops: Set[threading.Event] = set()  # the helper threads'
+        self._canceled: Set["asyncio.Future[None]"] = set()
         self._closed = False
 
     # -- waiting
@@ -237,6 +253,22 @@ class AsyncThrottle:
                         raise error(_ETIMEDOUT, "%s: not admitted within %s s"
                                     % (key, timeout))
                     await asyncio.wait([me], timeout=left)
+                if me in self._canceled:
+                    raise error(ECANCELED.code, "%s: canceled" % (key,))
+            if HAVE_INTERRUPT:
+                self._check_open()
+                left = None if deadline is None else max(
+                    0.0, deadline - loop.time())
+                try:
+                    return await self._blocking_admit(key, klass, left)
+                except ECANCELED:
+                    # throttle_cancel() ends every waiter of the key: the
+                    # tasks queued behind this one too
+                    for f in q:
+                        if f is not me:
+                            self._canceled.add(f)
+                            _wake(f)
+                    raise
             poll = POLL_MIN_S
             while True:
                 self._check_open()
@@ -255,11 +287,70 @@ class AsyncThrottle:
                     delay = min(delay, left)
                 await self._nap(delay)
         finally:
+            self._canceled.discard(me)
             q.remove(me)
             if q:
                 _wake(q[0])  # the next task is head now
             else:
                 self._queues.pop((k, cls), None)
+
+    async def _blocking_admit(self, key: Key, klass: str,
+                              timeout: Optional[float]) -> Admission:
+        """Throttle.admit() in a helper thread of its own; cancelling the
+        awaiting task stops it (see the top of the file)."""
+        t = self.throttle
+        return await self._in_thread(
+            lambda: t.admit(key, klass, timeout=timeout))
+
+    async def _in_thread(self, call: Callable[[], Admission]) -> Admission:
+        """call() (a blocking admission) in a helper thread; the task
+        awaits it.  Cancelled, the call is stopped and an admission it
+        made anyway is given back."""
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[Admission]" = loop.create_future()
+        stop = threading.Event()
+
+        def deliver(adm: Optional[Admission],
+                    exc: Optional[BaseException]) -> None:
+            if fut.done():  # the task went away: give the place back
+                if adm is not None and adm.held:
+                    adm.leave("abandoned")
+                    self._kick()
+            elif exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(adm)
+
+        def work() -> None:
+            _calling.stop = stop
+            adm: Optional[Admission] = None
+            exc: Optional[BaseException] = None
+            try:
+                adm = call()
+            except BaseException as e:  # handed to the task
+                exc = e
+            finally:
+                _calling.stop = None
+            try:
+                loop.call_soon_threadsafe(deliver, adm, exc)
+            except RuntimeError:  # the loop is closed: nobody to give it to
+                if adm is not None and adm.held:
+                    adm.leave("abandoned")
+
+        self._stops.add(stop)
+        threading.Thread(target=work, name="libthrottle-admit",
+                         daemon=True).start()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except EINTR:
+            if self.closed:  # close() stopped the helper
+                raise ThrottleClosed("the AsyncThrottle was closed") from None
+            raise
+        finally:
+            self._stops.discard(stop)
 
     def admit(self, key: Key, klass: str = "live",
               timeout: Optional[Seconds] = None) -> _Admit:
@@ -274,7 +365,7 @@ class AsyncThrottle:
                         ) -> Optional[AsyncAdmission]:
         """As Throttle.try_admit(): admitted now, or None."""
         self._check_open()
-        adm = self.throttle.try_admit(key, klass)
+        adm = self.throttle.try_admit(key, klass, _any_thread=True)
         return None if adm is None else AsyncAdmission(self, adm, klass)
 
     async def wait(self, key: Key, timeout: Optional[Seconds] = None) -> bool:
@@ -391,6 +482,8 @@ class AsyncThrottle:
         """End every wait with ThrottleClosed; close the Throttle if this
         AsyncThrottle made it."""
         self._closed = True
+        for stop in list(self._stops):
+            stop.set()  # each helper's call ends with EINTR
         self._kick()
         for q in self._queues.values():
             for f in q:

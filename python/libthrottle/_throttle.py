@@ -61,6 +61,10 @@ from ._errors import Error, ThrottleClosed
 # ---- the handle -----------------------------------------------------------------
 
 _live = weakref.WeakSet()  # every open Throttle, for fork
+# per thread: .stop, a threading.Event that ends the thread's blocking
+# call within INTERRUPT_PERIOD_MS when set (AsyncThrottle's helper
+# threads; see _async.py)
+_calling = threading.local()
 
 
 def _after_fork_in_child():
@@ -284,7 +288,11 @@ class Throttle:
             else:
                 def closed(_arg, ref=ref):
                     owner = ref()
-                    return 1 if owner is None or owner._closed else 0
+                    if owner is None or owner._closed:
+                        return 1
+                    # a call made for an asyncio task that was cancelled
+                    stop = getattr(_calling, "stop", None)
+                    return 1 if stop is not None and stop.is_set() else 0
                 check = _CHECK(closed)
             rc = _core.throttle_config_set_interrupt(
                 self._cfg, check, None, INTERRUPT_PERIOD_MS)
@@ -582,7 +590,7 @@ class Throttle:
         ...
 
     def try_admit(self, key: Key, klass: str = "live", *,
-                  hint: bool = False) -> Any:
+                  hint: bool = False, _any_thread: bool = False) -> Any:
         """Admit at once, or return None (not admitted now).  With
         hint=True, (Admission or None, seconds): the library's hint of how
         long to wait before trying again (throttle_try_enter()'s wait_ms:
@@ -593,8 +601,9 @@ class Throttle:
         ticket = ctypes.c_void_p()
         wait_ms = ctypes.c_uint64()
         # the main thread's admissions live on its interruptible handle,
-        # where a later requeue() can be interrupted
-        h = self._use(blocking=True)
+        # where a later requeue() can be interrupted (_any_thread: on the
+        # handle of the other threads, which may requeue it: AsyncThrottle)
+        h = self._use(blocking=not _any_thread)
         try:
             rc = _core.throttle_try_enter(h.ptr, k, cls, ctypes.byref(ticket),
                                           ctypes.byref(wait_ms))

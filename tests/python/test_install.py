@@ -14,6 +14,19 @@ import pytest
 from conftest import BUILD, TOP
 
 
+def package_files():
+    """The package's files as git has them, relative to python/libthrottle."""
+    out = subprocess.run(["git", "-C", TOP, "ls-files", "python/libthrottle"],
+                         stdout=subprocess.PIPE, text=True)
+    files = [f[len("python/libthrottle/"):] for f in out.stdout.split()]
+    if out.returncode != 0 or not files:  # not a git checkout
+        top = os.path.join(TOP, "python", "libthrottle")
+        files = [os.path.relpath(os.path.join(d, f), top)
+                 for d, _, fs in os.walk(top) if "__pycache__" not in d
+                 for f in fs if not f.endswith(".pyc")]
+    return files
+
+
 def make(target, prefix, py):
     """make TARGET for one interpreter, into PREFIX; its output on failure."""
     out = subprocess.run(["make", "--no-print-directory", "-C", TOP,
@@ -45,9 +58,12 @@ def test_install_import_from_anywhere_without_environment(tmp_path):
     assert core == os.path.join(venv, "lib", "libthrottle.so.1")
     assert curl == os.path.join(venv, "lib", "libthrottle-curl.so.1")
     assert kind == "locked"
-    # and uninstall-python (part of `make uninstall`) takes it away again
+    # every file of the package is there (a subdirectory's too)
     pkg = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2],
                        "site-packages", "libthrottle")
+    for f in package_files():
+        assert os.path.exists(os.path.join(pkg, f)), f
+    # and uninstall-python (part of `make uninstall`) takes it away again
     assert os.path.isdir(pkg)
     make("uninstall-python", venv, py)
     assert not os.path.exists(pkg)

@@ -72,3 +72,41 @@ def test_aiohttp_conflict_once_and_errors(t, mock):
                 await la.request(s, KEY, "POST", "http://:99/x", throttle=t)
     asyncio.run(main())
     assert mock.stats()["requests"] == 2
+
+
+def test_aiohttp_middleware_waits_out_a_lock_with_whole_bodies(t, mock):
+    """The client middleware: every request of the session admitted and
+    retried; an async generator body (a payload by then) sent whole."""
+    mock.admin("hold", {"table": "orders", "ms": 1000})
+
+    async def rows(n):
+        for i in range(n):
+            yield b"row %04d\n" % i
+
+    async def main():
+        mw = la.middleware(KEY, throttle=t)
+        async with aiohttp.ClientSession(middlewares=(mw,)) as s:
+            async def one(i):
+                async with s.post(mock.load_url(), data=rows(i + 1)) as r:
+                    return r.status, (await r.json())["loaded"]
+            return await asyncio.gather(*[one(i) for i in range(6)])
+
+    got = asyncio.run(main())
+    assert sorted(got) == [(200, 9 * (i + 1)) for i in range(6)]
+    st = mock.stats()
+    assert early(st) == 0 and st["refused"] <= 3
+
+
+def test_aiohttp_middleware_refuses_a_body_beyond_the_limit(t, mock):
+    async def big():
+        yield b"x" * 20
+
+    async def main():
+        mw = la.middleware(KEY, throttle=t, replay_limit=10)
+        async with aiohttp.ClientSession(middlewares=(mw,)) as s:
+            with pytest.raises(libthrottle.BodyNotReplayable):
+                await s.post(mock.load_url(), data=big())
+            async with s.post(mock.load_url(), data=b"y" * 20) as r:
+                assert (await r.json())["loaded"] == 20  # bytes: kept as is
+    asyncio.run(main())
+    assert mock.stats()["requests"] == 1  # the bytes body only

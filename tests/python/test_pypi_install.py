@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from conftest import TOP, pypi_only
+from test_install import package_files
 
 pypi_only()
 
@@ -26,6 +27,8 @@ assert os.path.exists(os.path.join(here, "libthrottle-redis.so.1"))
 assert os.path.exists(os.path.join(here, "py.typed"))
 assert os.path.exists(os.path.join(here, "_boot", "sitecustomize.py"))
 assert not here.startswith(sys.argv[1])  # not the checkout's
+for f in sys.argv[3].split(","):  # every file of the package
+    assert os.path.exists(os.path.join(here, f)), f
 t = L.Throttle(segment=sys.argv[2])
 t.backoff("hotdata:ws1/orders", 5)
 assert 4 < t.remaining("hotdata:ws1/orders") <= 5 and t.shared
@@ -62,7 +65,8 @@ def use(py, tmp_path, name):
     seg = "/tt-py-pip-%d-%s" % (os.getpid(), name)
     env = {"PATH": "/usr/bin:/bin"}  # no LIBTHROTTLE_*, no PYTHONPATH
     try:
-        return run([py, "-c", USE, TOP, seg], cwd=str(tmp_path), env=env)
+        return run([py, "-c", USE, TOP, seg, ",".join(package_files())],
+                   cwd=str(tmp_path), env=env)
     finally:
         if os.path.exists("/dev/shm" + seg):
             os.unlink("/dev/shm" + seg)
