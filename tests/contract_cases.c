@@ -440,6 +440,94 @@ static void case_dead_probe_replaced(struct ct_fx *c) {
   board_free(b);
 }
 
+/* Rule (I3 on scopes): when a scope's back-off passes, one admission
+ * beneath it, on any key and any host, goes as the scope's probe; the
+ * others wait for its answer. */
+static void case_scope_one_probe(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0);
+  struct board *b = board_new();
+  uint64_t t0 = th_now_ns();
+  assert_int_equal(throttle_backoff(a, "sp", 300), 0);
+  static const char *const keys[] = {"sp/a", "sp/b", "sp/c", "sp/d"};
+  struct kid k[4];
+  pid_t pid[4];
+  for (int i = 0; i < 4; i++) {
+    k[i] = kid_of(c, b, i, keys[i], KID_ENTER);
+    k[i].hold_ms = 30;
+    pid[i] = th_spawn(c->fx, kid_main, &k[i]);
+  }
+  reap_all(c, pid, 4);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(b->rc[i], 0);
+    assert_true(not_before_passed(t0, 300, b->at_ns[i]));
+  }
+  assert_int_equal(atomic_load(&b->probes), 1);
+  assert_int_equal(atomic_load(&b->admitted_during_probe), 0);
+  assert_int_equal(field(a, "sp", THROTTLE_FIELD_LOCK_EPISODE), 0);
+  board_free(b);
+}
+
+/* Rule: throttle_wait() also waits while the key is paused and while the
+ * probe of its lock episode is out, whichever host paused or probes. */
+static void case_wait_honours_pause_and_probe(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
+  struct board *b = board_new();
+  assert_int_equal(throttle_pause(b1, "wp"), 0);
+  assert_int_equal(throttle_wait(a, "wp", 0), THROTTLE_ETIMEDOUT);
+  struct kid k = kid_of(c, b, 0, "wp", KID_WAIT);
+  k.timeout_ms = THROTTLE_FOREVER;
+  pid_t pid = th_spawn(c->fx, kid_main, &k);
+  th_wait_sleeping(pid, 2000);
+  assert_int_equal(b->rc[0], -1000); /* still waiting */
+  assert_int_equal(throttle_resume(b1, "wp"), 0);
+  th_reap_ok(c->fx, pid, HANG_MS);
+  assert_int_equal(b->rc[0], 0);
+  /* a probe out on another host */
+  assert_int_equal(throttle_backoff(a, "wq", 1), 0);
+  assert_int_equal(throttle_wait(a, "wq", HANG_MS), 0);
+  throttle_ticket_t *t = in(b1, "wq", LIVE);
+  assert_int_equal(throttle_ticket_is_probe(t), 1);
+  assert_int_equal(throttle_wait(a, "wq", 0), THROTTLE_ETIMEDOUT);
+  k = kid_of(c, b, 1, "wq", KID_WAIT);
+  k.timeout_ms = THROTTLE_FOREVER;
+  pid = th_spawn(c->fx, kid_main, &k);
+  th_wait_sleeping(pid, 2000);
+  assert_int_equal(b->rc[1], -1000);
+  out(b1, t, OK, 0);
+  th_reap_ok(c->fx, pid, HANG_MS);
+  assert_int_equal(b->rc[1], 0);
+  board_free(b);
+}
+
+static int stop_at_third_look(void *arg) {
+  _Atomic int *looks = arg;
+  return atomic_fetch_add(looks, 1) >= 2;
+}
+
+/* Rule: the interrupt hook ends a wait with EINTR and gives its place
+ * back: the next caller is not held behind it. */
+static void case_interrupt_gives_place_back(struct ct_fx *c) {
+  throttle_ticket_t *t = NULL;
+  throttle_t *a = th_hold_only_slot(c->fx, "ir", &t);
+  static _Atomic int looks;
+  atomic_store(&looks, 0);
+  throttle_config_t *cfg = c->be->config(c, 1);
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_interrupt(cfg, stop_at_third_look,
+                                                 (void *)&looks, 50),
+                   0);
+  throttle_t *b1 = ct_open_cfg(cfg);
+  throttle_ticket_t *u = NULL;
+  assert_int_equal(throttle_enter(b1, "ir", LIVE, THROTTLE_FOREVER, &u),
+                   THROTTLE_EINTR);
+  assert_null(u);
+  assert_true(atomic_load(&looks) >= 3);
+  assert_int_equal(field(a, "ir", THROTTLE_FIELD_WAITING_LIVE), 0);
+  out(a, t, OK, 0);
+  assert_int_equal(throttle_try_enter(a, "ir", LIVE, &t, NULL), 0);
+  out(a, t, OK, 0);
+}
+
 /* ---- I4: waiting holds nothing ---------------------------------------- */
 
 /* Rule: a caller asleep for a not-before holds no slot of its key and no
@@ -558,6 +646,28 @@ static void case_backfill_share(struct ct_fx *c) {
                    500);
   out(a, t, OK, 0);
   out(a, u, OK, 0);
+}
+
+/* Rule: a rate of n per period admits a burst of n, then refuses, for
+ * every host; other keys are not touched. */
+static void case_key_rate(struct ct_fx *c) {
+  throttle_t *h[2] = {ct_open(c, 0), ct_open(c, 1)};
+  assert_int_equal(throttle_set_rate(h[1], "rt", 2, 60000), 0);
+  assert_int_equal(field(h[0], "rt", THROTTLE_FIELD_RATE_N), 2);
+  assert_int_equal(field(h[0], "rt", THROTTLE_FIELD_RATE_PERIOD_MS), 60000);
+  throttle_ticket_t *t = NULL;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(throttle_try_enter(h[i], "rt", LIVE, &t, NULL), 0);
+    out(h[i], t, OK, 0);
+  }
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_try_enter(h[i], "rt", LIVE, &t, NULL),
+                     THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_try_enter(h[0], "rt2", LIVE, &t, NULL), 0);
+  out(h[0], t, OK, 0);
+  assert_int_equal(throttle_set_rate(h[0], "rt", 0, 60000), 0); /* off */
+  assert_int_equal(throttle_try_enter(h[1], "rt", LIVE, &t, NULL), 0);
+  out(h[1], t, OK, 0);
 }
 
 /* Rule: the slot of a holder killed with kill -9 on another host is
@@ -798,6 +908,45 @@ static void case_pool_caps_the_sum(struct ct_fx *c) {
   board_free(b);
 }
 
+/* Rule: the pool place of a holder killed beneath a pool is reclaimed
+ * with its slot, and goes to a caller of another key beneath. */
+static void case_pool_place_of_dead_holder_reclaimed(struct ct_fx *c) {
+  use_short_liveness();
+  throttle_t *a = ct_open(c, 0);
+  warm(a, "pd/x");
+  assert_int_equal(throttle_set_max_parallel(a, "pd", 1), 0);
+  struct board *b = board_new();
+  struct kid k = kid_of(c, b, 1, "pd/a", KID_HOLD);
+  pid_t pid = th_spawn(c->fx, kid_main, &k);
+  wait_ready(b, 1);
+  assert_int_equal(field(a, "pd", THROTTLE_FIELD_IN_FLIGHT), 1);
+  kill(pid, SIGKILL);
+  th_reap_killed(c->fx, pid, HANG_MS);
+  throttle_ticket_t *t = in(a, "pd/b", LIVE);
+  assert_int_equal(field(a, "pd", THROTTLE_FIELD_IN_FLIGHT), 1);
+  out(a, t, OK, 0);
+  assert_int_equal(field(a, "pd", THROTTLE_FIELD_IN_FLIGHT), 0);
+  board_free(b);
+}
+
+/* Rule: the backfill share of a pool bounds backfill's part of the sum
+ * beneath it; live callers use the rest. */
+static void case_pool_backfill_share(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
+  warm(a, "pb/x");
+  assert_int_equal(throttle_set_max_parallel(b1, "pb", 2), 0);
+  assert_int_equal(throttle_set_backfill_share(b1, "pb", 0.5), 0);
+  throttle_ticket_t *t = NULL, *u = NULL, *v = NULL;
+  assert_int_equal(throttle_try_enter(a, "pb/a", BACKFILL, &t, NULL), 0);
+  assert_int_equal(throttle_try_enter(b1, "pb/b", BACKFILL, &u, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_try_enter(b1, "pb/b", LIVE, &u, NULL), 0);
+  assert_int_equal(throttle_try_enter(a, "pb/c", LIVE, &v, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  out(a, t, OK, 0);
+  out(b1, u, OK, 0);
+}
+
 /* Rule: a rate on a scope is one budget for every key beneath. */
 static void case_pool_rate_is_a_budget(struct ct_fx *c) {
   throttle_t *h[2] = {ct_open(c, 0), ct_open(c, 1)};
@@ -899,6 +1048,44 @@ static void case_learned_cap(struct ct_fx *c) {
   assert_int_equal(field(b1, "lc2", THROTTLE_FIELD_CAP_FAIL), 2);
   assert_int_equal(field(b1, "lc2", THROTTLE_FIELD_CAP_FAILS), 1);
   out(b1, second, OK, 0);
+}
+
+/* n admissions of key at once, left last first: n at the cap when n is
+ * the cap. */
+static void burst(throttle_t *h, const char *key, int n) {
+  throttle_ticket_t *t[8];
+  assert_true(n <= 8);
+  for (int i = 0; i < n; i++)
+    t[i] = in(h, key, LIVE);
+  for (int i = n - 1; i >= 0; i--)
+    out(h, t[i], OK, 0);
+}
+
+/* Rule: auto:MAX bounds the learned cap: slow start stops at MAX, a cap
+ * learned above it comes down at once; refusals still lower it. */
+static void case_learned_cap_bound(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
+  assert_int_equal(throttle_set_max_parallel_auto(b1, "lb2", 2), 0);
+  assert_int_equal(field(a, "lb2", THROTTLE_FIELD_CAP_MAX), 2);
+  burst(a, "lb2", 1);
+  burst(a, "lb2", 2); /* at the cap of 2: no raise past MAX */
+  assert_int_equal(field(a, "lb2", THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(field(a, "lb2", THROTTLE_FIELD_CAP_NEXT_RAISE_MS), -1);
+  throttle_ticket_t *t[2] = {in(a, "lb2", LIVE), in(a, "lb2", LIVE)}, *x;
+  assert_int_equal(throttle_try_enter(b1, "lb2", LIVE, &x, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  out(a, t[1], OK, 0);
+  out(a, t[0], OK, 0);
+  assert_int_equal(field(a, "lb2", THROTTLE_FIELD_CAP), 2);
+  /* learned 3 without a bound, then bounded to 2: down at once */
+  assert_int_equal(throttle_set_max_parallel(a, "lb3", 0), 0);
+  for (int n = 1; n <= 3; n++)
+    burst(a, "lb3", n);
+  assert_int_equal(field(a, "lb3", THROTTLE_FIELD_CAP), 4);
+  assert_int_equal(throttle_set_max_parallel_auto(b1, "lb3", 2), 0);
+  assert_int_equal(field(a, "lb3", THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(throttle_set_max_parallel_auto(a, "lb3", 33),
+                   THROTTLE_EINVAL);
 }
 
 /* ---- cancel, pause, resume, clear --------------------------------------- */
@@ -1207,12 +1394,16 @@ static const struct ct_case cases[] = {
     CASE(outcome_classes_publish),
     CASE(one_probe_per_episode),
     CASE(only_ok_ends_an_episode),
+    CASE(scope_one_probe),
+    CASE(wait_honours_pause_and_probe),
     CASE(dead_probe_replaced),
     CASE(waiting_holds_no_slot),
+    CASE(interrupt_gives_place_back),
     CASE(cap_holds_across_hosts),
     CASE(fifo_across_hosts),
     CASE(live_before_backfill),
     CASE(backfill_share),
+    CASE(key_rate),
     CASE(dead_holder_reclaimed),
     CASE(dead_waiter_skipped),
     CASE(fail_open_when_backend_cut),
@@ -1223,7 +1414,10 @@ static const struct ct_case cases[] = {
     CASE(deepest_scope_honoured),
     CASE(pool_caps_the_sum),
     CASE(pool_rate_is_a_budget),
+    CASE(pool_place_of_dead_holder_reclaimed),
+    CASE(pool_backfill_share),
     CASE(learned_cap),
+    CASE(learned_cap_bound),
     CASE(cancel_ends_current_waiters),
     CASE(pause_resume),
     CASE(clear_and_reset_wake_sleepers),
