@@ -42,8 +42,14 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 \
            -Wno-missing-field-initializers $(if $(filter 1,$(WERROR)),-Werror)
 # CPPFLAGS, CFLAGS and LDFLAGS are the user's (dpkg-buildflags sets all
 # three) and come last, so they win.
+# Dependencies through pkg-config (PKG_CONFIG: a cross build's
+# <triplet>-pkg-config), with the plain -l flags where it has no answer.
+PKG_CONFIG ?= pkg-config
+pc = $(or $(shell $(PKG_CONFIG) $(1) $(2) 2>/dev/null),$(3))
+DEP_CFLAGS := $(call pc,--cflags,libcurl jansson zlib,)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN) -fPIC \
-              -fvisibility=hidden -Iinclude -Ilibthrottle $(CPPFLAGS) $(CFLAGS)
+              -fvisibility=hidden -Iinclude -Ilibthrottle $(DEP_CFLAGS) \
+              $(CPPFLAGS) $(CFLAGS)
 LDLIBS_CORE := -lpthread -lrt
 
 CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
@@ -60,7 +66,7 @@ CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
 # that only need the core do not pull in libcurl.
 HTTP_SRC := $(sort $(wildcard libthrottle/http*.c))
 HTTP_HDR := include/throttle_curl.h libthrottle/http_internal.h
-LDLIBS_HTTP := -lcurl -ljansson -lz
+LDLIBS_HTTP := $(call pc,--libs,libcurl jansson zlib,-lcurl -ljansson -lz)
 
 # The Redis backend: a module of its own (hiredis), dlopen()ed by the core
 # only when THROTTLE_BACKEND asks for it.  Its Lua scripts live in
@@ -69,7 +75,8 @@ LDLIBS_HTTP := -lcurl -ljansson -lz
 REDIS_SRC := $(sort $(wildcard libthrottle/redis_*.c))
 REDIS_LUA := enter leave peek set info beat
 REDIS_OBJ := $(REDIS_SRC:libthrottle/%.c=$(B)/obj/%.o) $(if $(REDIS_SRC),$(B)/obj/redis_lua.o)
-LDLIBS_REDIS := -lhiredis -lpthread
+LDLIBS_REDIS := $(call pc,--libs,hiredis,-lhiredis) -lpthread
+REDIS_CFLAGS := $(call pc,--cflags,hiredis,)
 
 CORE_OBJ := $(CORE_SRC:libthrottle/%.c=$(B)/obj/%.o)
 HTTP_OBJ := $(HTTP_SRC:libthrottle/%.c=$(B)/obj/%.o)
@@ -95,10 +102,10 @@ $(B)/obj $(B)/tobj $(B)/tests $(B)/bench:
 	mkdir -p $@
 
 $(B)/libthrottle.a: $(CORE_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/libthrottle-testing.a: $(TEST_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/libthrottle.so.$(MAJOR): $(CORE_OBJ) libthrottle/libthrottle.map
 	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle.so.$(MAJOR) \
@@ -120,17 +127,19 @@ $(B)/gen/redis_lua.c: $(REDIS_LUA:%=libthrottle/redis/%.lua) libthrottle/redis/c
 	  done; echo '};'; } > $@.tmp && mv $@.tmp $@
 
 $(B)/obj/redis_lua.o: $(B)/gen/redis_lua.c libthrottle/redis.h libthrottle/backend.h $(CORE_HDR) | $(B)/obj
-	$(CC) $(CFLAGS_ALL) -DTHROTTLE_BUILDING -c -o $@ $<
+	$(CC) $(CFLAGS_ALL) $(REDIS_CFLAGS) -DTHROTTLE_BUILDING -c -o $@ $<
 
 $(B)/obj/redis_%.o: libthrottle/redis_%.c libthrottle/redis.h libthrottle/backend.h $(CORE_HDR) | $(B)/obj
-	$(CC) $(CFLAGS_ALL) -DTHROTTLE_BUILDING -c -o $@ $<
+	$(CC) $(CFLAGS_ALL) $(REDIS_CFLAGS) -DTHROTTLE_BUILDING -c -o $@ $<
 
-$(B)/libthrottle-redis.so.$(MAJOR): $(REDIS_OBJ)
-	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle-redis.so.$(MAJOR) -o $@ \
+# Its one symbol carries a version (libthrottle-redis.map), as the core's do.
+$(B)/libthrottle-redis.so.$(MAJOR): $(REDIS_OBJ) libthrottle/libthrottle-redis.map
+	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle-redis.so.$(MAJOR) \
+	  -Wl,--version-script=libthrottle/libthrottle-redis.map -o $@ \
 	  $(REDIS_OBJ) $(LDLIBS_REDIS)
 
 $(B)/libthrottle-curl.a: $(HTTP_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/libthrottle-curl.so.$(MAJOR): $(HTTP_OBJ) $(B)/libthrottle.so.$(MAJOR) libthrottle/libthrottle.map
 	$(CC) $(SAN) $(LDFLAGS) -shared -Wl,-soname,libthrottle-curl.so.$(MAJOR) \
@@ -138,11 +147,23 @@ $(B)/libthrottle-curl.so.$(MAJOR): $(HTTP_OBJ) $(B)/libthrottle.so.$(MAJOR) libt
 	  -L$(B) -lthrottle $(LDLIBS_HTTP) $(LDLIBS_CORE)
 	ln -sf libthrottle-curl.so.$(MAJOR) $(B)/libthrottle-curl.so
 
-# throttlectl links statically, so it runs from the build tree as installed.
+# throttlectl links statically by default, so it runs from the build tree
+# as installed; THROTTLECTL_LINK=shared links it against libthrottle.so.1
+# and libthrottle-curl.so.1 instead (a distribution's package, so that a
+# library fix reaches it; from the build tree it then needs
+# LD_LIBRARY_PATH=$(B)).
+THROTTLECTL_LINK ?= static
 CTL_SRC := tools/throttlectl.c $(sort $(wildcard tools/ctl_*.c))
-$(B)/throttlectl: $(CTL_SRC) $(wildcard tools/ctl.h) $(B)/libthrottle.a $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) include/throttle.h
-	$(CC) $(CFLAGS_ALL) -Itools $(LDFLAGS) -o $@ $(CTL_SRC) $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) \
-	  $(B)/libthrottle.a $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
+ifeq ($(THROTTLECTL_LINK),shared)
+CTL_LIBS := $(B)/libthrottle-curl.so.$(MAJOR) $(B)/libthrottle.so.$(MAJOR)
+CTL_LINK := -L$(B) -lthrottle-curl -lthrottle $(LDLIBS_HTTP) $(LDLIBS_CORE)
+else
+CTL_LIBS := $(B)/libthrottle.a $(if $(HTTP_SRC),$(B)/libthrottle-curl.a)
+CTL_LINK := $(if $(HTTP_SRC),$(B)/libthrottle-curl.a) $(B)/libthrottle.a \
+            $(if $(HTTP_SRC),$(LDLIBS_HTTP)) $(LDLIBS_CORE)
+endif
+$(B)/throttlectl: $(CTL_SRC) $(wildcard tools/ctl.h) $(CTL_LIBS) include/throttle.h
+	$(CC) $(CFLAGS_ALL) -Itools $(LDFLAGS) -o $@ $(CTL_SRC) $(CTL_LINK)
 
 $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing.a $(B)/throttlectl | $(B)/tests
 	$(CC) $(CFLAGS_ALL) -DTHROTTLE_TESTING -Itests $(LDFLAGS) -o $@ $< $(TEST_HELPERS) \
@@ -180,8 +201,11 @@ demo: deps
 # ---- tests -------------------------------------------------------------
 
 # Debian: install what the build needs when root, else print the command.
+# DEPS=check only reports (the default in a package build, which has no
+# network: DEB_BUILD_OPTIONS is set there).
+DEPS ?= $(if $(DEB_BUILD_OPTIONS),check,install)
 deps:
-	@sh tools/deps.sh
+	@DEPS_MODE=$(DEPS) sh tools/deps.sh
 
 RUN ?=
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
@@ -283,6 +307,10 @@ layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
 # `make uninstall` with the same variables removes exactly that.
 
 CMAKEDIR := $(LIBDIR)/cmake/libthrottle
+# The Redis module: LIBDIR (the default), or a private directory a
+# distribution keeps it in, REDIS_MODULE_DIR=$(LIBDIR)/libthrottle; the
+# core looks in both (beside libthrottle.so.1, then in its libthrottle/).
+REDIS_MODULE_DIR ?= $(LIBDIR)
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
 # The CMake config finds its headers from where it lies, so a staged
 # (DESTDIR) or moved tree works too.
@@ -297,7 +325,8 @@ install: all man
 	  $(DESTDIR)$(BASHCOMPDIR)
 	install -m 0644 include/throttle.h include/throttle_curl.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 0755 $(B)/throttlectl $(DESTDIR)$(BINDIR)/
-	$(if $(REDIS_SRC),install -m 0755 $(B)/libthrottle-redis.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/)
+	$(if $(REDIS_SRC),install -d $(DESTDIR)$(REDIS_MODULE_DIR))
+	$(if $(REDIS_SRC),install -m 0644 $(B)/libthrottle-redis.so.$(MAJOR) $(DESTDIR)$(REDIS_MODULE_DIR)/)
 	set -e; for l in libthrottle libthrottle-curl; do \
 	  install -m 0644 $(B)/$$l.a $(DESTDIR)$(LIBDIR)/; \
 	  install -m 0755 $(B)/$$l.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/$$l.so.$(VERSION); \
@@ -319,7 +348,8 @@ uninstall:
 	  $(DESTDIR)$(CMAKEDIR)/libthrottle-config-version.cmake \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3)))
-	rm -f $(DESTDIR)$(LIBDIR)/libthrottle-redis.so.$(MAJOR)
+	rm -f $(DESTDIR)$(REDIS_MODULE_DIR)/libthrottle-redis.so.$(MAJOR)
+	-rmdir $(DESTDIR)$(LIBDIR)/libthrottle 2>/dev/null
 	for l in libthrottle libthrottle-curl; do \
 	  rm -f $(DESTDIR)$(LIBDIR)/$$l.a $(DESTDIR)$(LIBDIR)/$$l.so \
 	    $(DESTDIR)$(LIBDIR)/$$l.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/$$l.so.$(VERSION) \
@@ -399,6 +429,21 @@ uninstall-python:
 	  rm -f "$(DESTDIR)$$dir/$(PY_DIST)/METADATA" "$(DESTDIR)$$dir/$(PY_DIST)/INSTALLER"; \
 	  rmdir "$(DESTDIR)$$dir/$(PY_DIST)" 2>/dev/null || true; \
 	done
+
+# ---- Debian packages ----------------------------------------------------
+# make deb: debian/'s packages, built with dpkg-buildpackage -us -uc -b in a
+# copy of the tree ($(DEB_DIR)), where the .debs land too (dpkg-buildpackage
+# writes beside the tree it builds), then checked with lintian: any error
+# fails.  Needs debhelper, dh-python, lintian (and the build dependencies
+# of debian/control); uses no network.
+DEB_DIR := $(B)/debian
+.PHONY: deb
+deb:
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/libthrottle-$(VERSION)
+	tar -c --exclude=./build --exclude=./.git --exclude=./local.mk . | \
+	  tar -x -C $(DEB_DIR)/libthrottle-$(VERSION)
+	cd $(DEB_DIR)/libthrottle-$(VERSION) && dpkg-buildpackage -us -uc -b
+	lintian --fail-on error $(DEB_DIR)/*.changes
 
 clean:
 	rm -rf build

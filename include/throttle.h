@@ -268,7 +268,8 @@ THROTTLE_EXTERN int throttle_config_set_flags(throttle_config_t *cfg,
  * throttle_open(): "rediss://" (no TLS in this build), a Redis Cluster.  Default: $THROTTLE_BACKEND, else "shm".  A Redis backend
  * is the module libthrottle-redis.so.1 (hiredis), loaded by throttle_open()
  * only when asked for, from $THROTTLE_BACKEND_MODULE, the directory of
- * libthrottle, or the loader's search path.  The segment stays open: while
+ * libthrottle or its libthrottle/ subdirectory, or the loader's search
+ * path.  The segment stays open: while
  * Redis is unreachable, calls are served there (for this host's processes)
  * and throttle_errmsg() says so; they go back to Redis when it answers.
  * Redis is then the only clock (see README, "Across hosts").
@@ -313,6 +314,17 @@ THROTTLE_EXTERN const char *throttle_segment_name(const throttle_t *h);
  * URL given to throttle_config_set_backend() / $THROTTLE_BACKEND with any
  * password replaced by "***".  Never NULL. */
 THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h);
+
+/* The backend's health as h last met it: *up is 1 when h's last call
+ * reached it (always for "shm"), 0 when that call was served by this
+ * host's segment because the backend was unreachable; then *down_ms (may
+ * be NULL) is how long ago h first found it so, and *served (may be NULL)
+ * how many calls the segment served for h since; both 0 while up.  A
+ * handle that has made no call yet reads up.
+ * Errors: THROTTLE_EINVAL (h or up NULL). */
+THROTTLE_EXTERN int throttle_backend_status(const throttle_t *h, int *up,
+                                            uint64_t *down_ms,
+                                            uint64_t *served);
 
 /* A human message with context for the last failing call on h in this
  * thread; if there was none, the reason h fell back to private memory
@@ -451,7 +463,11 @@ THROTTLE_EXTERN int throttle_try_enter(throttle_t *h, const char *key,
 
 /* 1 if the ticket was admitted as the probe of a lock episode: of its
  * key's, or of a scope's (the first admission beneath after a scope's
- * back-off, or the first request of a cold scope). */
+ * back-off, or the first request of a cold scope).  The others beneath
+ * wait for a probe's answer, the caller too: a probe of a scope's
+ * back-off that enters (or waits on) another key beneath it before it
+ * leaves waits for itself until its lease lapses, so report the probe
+ * first (a cold scope's first request holds the others 1 s at most). */
 THROTTLE_EXTERN int throttle_ticket_is_probe(const throttle_ticket_t *ticket);
 
 /* Report the outcome, free the slot (handing it to the oldest waiter) and

@@ -27,6 +27,8 @@ struct throttle__be {
   const struct throttle__backend *ops;
   void *state;
   _Atomic int down; /* the last call was served by the segment */
+  _Atomic uint64_t down_since_ns; /* throttle__mono_ns() when it went down */
+  _Atomic uint64_t served_down;   /* calls the segment served since then */
   _Atomic unsigned notice_gen; /* the backend's notice last copied */
   char env_warn[256]; /* the module's warnings about its environment */
 };
@@ -64,17 +66,27 @@ static void *load_module(char *why, size_t len) {
   }
   Dl_info di;
   if (dladdr((void *)throttle_open, &di) != 0 && di.dli_fname != NULL) {
+    /* Beside libthrottle, then in its libthrottle/ subdirectory, where a
+     * distribution keeps a module nobody links against. */
     char dir[4096], full[4200];
     snprintf(dir, sizeof dir, "%s", di.dli_fname);
-    snprintf(full, sizeof full, "%s/%s", dirname(dir), MODULE_SONAME);
-    void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
-    if (dl != NULL)
-      return dl;
+    const char *d = dirname(dir);
+    static const char *const sub[] = {"", "libthrottle/"};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+      snprintf(full, sizeof full, "%s/%s%s", d, sub[i], MODULE_SONAME);
+      void *dl = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+      if (dl != NULL)
+        return dl;
+    }
   }
   void *dl = dlopen(MODULE_SONAME, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL)
     snprintf(why, len, "%s", dlerror());
   return dl;
+}
+
+static uint32_t segment_count(void *arg, const char *key) {
+  return throttle__segment_count(arg, key);
 }
 
 /* 0 when no backend is asked for or it was loaded; else the error, with
@@ -118,6 +130,9 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
                           url, THROTTLE__BACKEND_ABI);
   }
   struct throttle__be_params p = {
+      .segment_count = segment_count,
+      .segment_arg = h,
+      .segment_name = throttle_segment_name(h),
       .url = url,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
       .lease_ms = h->lease_ms,
@@ -151,6 +166,23 @@ THROTTLE_EXTERN const char *throttle_backend(const throttle_t *h) {
   return h != NULL && h->be != NULL ? h->be->shown : "shm";
 }
 
+THROTTLE_EXTERN int throttle_backend_status(const throttle_t *h, int *up,
+                                            uint64_t *down_ms,
+                                            uint64_t *served) {
+  if (h == NULL || up == NULL)
+    return THROTTLE_EINVAL;
+  const struct throttle__be *be = h->be;
+  int down = be != NULL && atomic_load(&be->down);
+  uint64_t since = down ? atomic_load(&be->down_since_ns) : 0,
+           now = down ? throttle__mono_ns() : 0;
+  *up = !down;
+  if (down_ms != NULL)
+    *down_ms = down && now > since ? (now - since) / THROTTLE__NS_PER_MS : 0;
+  if (served != NULL)
+    *served = down ? atomic_load(&be->served_down) : 0;
+  return 0;
+}
+
 void throttle__be_close(throttle_t *h) {
   struct throttle__be *be = h->be;
   if (be == NULL)
@@ -167,9 +199,13 @@ void throttle__be_close(throttle_t *h) {
 static int result(throttle_t *h, int rc) {
   struct throttle__be *be = h->be;
   if (rc == THROTTLE__BE_DOWN) {
-    if (!atomic_exchange(&be->down, 1))
+    if (!atomic_exchange(&be->down, 1)) {
+      atomic_store(&be->down_since_ns, throttle__mono_ns());
+      atomic_store(&be->served_down, 0);
       snprintf(h->open_msg, sizeof h->open_msg, "%s",
                be->ops->errmsg(be->state));
+    }
+    atomic_fetch_add(&be->served_down, 1);
     return rc;
   }
   /* back from the segment, or the backend's warning changed: the
@@ -281,17 +317,13 @@ static int enter(throttle_t *h, const char *key, int cls,
   uint64_t t0 = throttle__mono_ns();
   /* While the backend comes back, some of this host's callers may still
    * be in the segment's gate, admitted or queued there during the outage.
-   * The backend knows nothing of them, so a caller it admitted would be a
-   * second gate for the key on this host: the host returns to the backend
-   * key by key, once the segment's gate for the key is empty (until then
-   * callers queue behind the others there, FIFO).  Checked before the
-   * backend is asked and once more after it admitted (a caller that went
-   * to the segment meanwhile): an admission is then handed back.  One of
-   * them told "come back later" after this caller's heal must hold it
-   * too, so the admission is also checked against the segment's
-   * not-before and handed back if it closed meanwhile. */
-  if (throttle__segment_busy(h, key))
-    return THROTTLE__BE_DOWN; /* not an outage: no notice */
+   * New callers go to the backend all the same (were they to queue in the
+   * segment, under load it would never empty and the host never rejoin);
+   * each of their looks tells the backend how many the segment holds
+   * (params segment_count), which it counts as this host's until the
+   * segment has drained.  One of them told "come back later" after this
+   * caller's heal must hold it too, so an admission is checked against the
+   * segment's not-before and handed back if it closed meanwhile. */
   size_t len = strlen(key);
   const uint32_t cold[2] = {
       throttle__publish_len(h, key, len, THROTTLE_OUTCOME_RATE_LIMITED),
@@ -300,14 +332,11 @@ static int enter(throttle_t *h, const char *key, int cls,
     heal(h, key);
     uint64_t left = timeout_ms;
     spend(&left, t0);
+    struct throttle__be_settings set = {0};
     int rc = h->be->ops->enter(h->be->state, key, cls, left, nowait, tk,
-                               probe, wait_ms, cold);
-    if (rc == 0 && throttle__segment_busy(h, key)) {
-      (void)h->be->ops->leave(h->be->state, *tk, THROTTLE_OUTCOME_ABANDONED,
-                              0, (uint32_t)len);
-      *tk = NULL;
-      return THROTTLE__BE_DOWN;
-    }
+                               probe, wait_ms, cold, &set);
+    /* the key's settings, kept for a time the backend is away */
+    throttle__segment_mirror(h, key, &set);
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);

@@ -45,6 +45,13 @@ struct throttle__be_params {
   int (*intr)(void *arg);
   void *intr_arg;
   uint64_t intr_period_ms;
+  /* How many callers of key this host's segment still holds or queues
+   * (admitted there while the backend was away), asked at each look of an
+   * enter: the backend counts them as this host's until the segment has
+   * drained (segment_name tells this host's segment from another's). */
+  uint32_t (*segment_count)(void *arg, const char *key);
+  void *segment_arg;
+  const char *segment_name;
 };
 
 /* Setting kinds for set(). */
@@ -56,6 +63,21 @@ enum {
   THROTTLE__BE_RESUME, /* THROTTLE_ENOKEY for an unknown key */
   THROTTLE__BE_CANCEL, /* THROTTLE_ENOKEY for an unknown key */
   THROTTLE__BE_CAP_AUTO, /* a = auto:MAX bound (0 = none): learned, <= a */
+};
+
+/* What a backend knows of a key's own settings, told with each enter's
+ * answer and mirrored in the host's segment (settings.c
+ * throttle__segment_mirror), so that they hold on this host while the
+ * backend is away.  known 0: nothing told. */
+struct throttle__be_settings {
+  int known;
+  uint32_t fixed_cap; /* 0 = auto */
+  uint32_t auto_max;  /* auto:MAX bound, 0 = none */
+  int paused;
+  uint32_t rate_n; /* 0 = no rate */
+  uint64_t rate_period_ms;
+  int share_set;
+  uint32_t share_permille;
 };
 
 struct throttle__backend {
@@ -85,7 +107,7 @@ struct throttle__backend {
    * rule, scope.c throttle__scope_enter_locked). */
   int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
                int nowait, void **tk, int *probe, uint64_t *wait_ms,
-               const uint32_t cold[2]);
+               const uint32_t cold[2], struct throttle__be_settings *set);
   /* Frees tk whatever it returns.  pub_len: where a back-off the outcome
    * publishes goes, as the length of its name (the key's own length, or
    * one of its scopes', scope.c throttle__publish_len). */
@@ -136,8 +158,12 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
  * (ms, 0 = none), and the copy dropped (cleared on the backend since). */
 uint64_t throttle__segment_published_ago(throttle_t *h, const char *key);
 void throttle__segment_forget(throttle_t *h, const char *key);
-/* backoff.c: the segment still admits or queues callers of key. */
-bool throttle__segment_busy(throttle_t *h, const char *key);
+/* settings.c: what the backend told of key's settings, written into the
+ * segment where it differs (waking the key's waiters then). */
+void throttle__segment_mirror(throttle_t *h, const char *key,
+                              const struct throttle__be_settings *s);
+/* backoff.c: the callers of key the segment still holds or queues. */
+uint32_t throttle__segment_count(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);

@@ -127,25 +127,24 @@ void throttle__segment_forget(throttle_t *h, const char *key) {
     (void)segment_clear(h, key, len);
 }
 
-/* Has the segment admitted or queued a caller of key that is still there
- * (reaped of the dead first)?  Only during and just after a backend
- * outage: while the backend serves, the segment's gate for a key is
- * empty.  Taken under the mutex: one lookup, no system call. */
-bool throttle__segment_busy(throttle_t *h, const char *key) {
+/* How many callers of key has the segment admitted or queued that are
+ * still there (reaped of the dead first)?  Only during and just after a
+ * backend outage: while the backend serves, the segment's gate for a key
+ * is empty.  Taken under the mutex: one lookup, no system call. */
+uint32_t throttle__segment_count(throttle_t *h, const char *key) {
   size_t len;
   if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
-    return false;
-  bool busy = false;
+    return 0;
+  uint32_t n = 0;
   struct throttle__rec *r =
       throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
   if (r != NULL) {
     throttle__reap_locked(r, throttle__now_ns());
-    busy = throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
-               throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1) >
-           0;
+    n = (uint32_t)(throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
+                   throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1));
   }
   throttle__unlock(h);
-  return busy;
+  return n;
 }
 
 /* One record's not-before as read without the mutex (0: absent, open, or
@@ -403,6 +402,18 @@ peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
   return v == 0 && !held;
 }
 
+/* Every scope of key absent, as this thread's guesses know (an absent key
+ * beneath them is then open). */
+static bool scopes_guessed_absent(const throttle_t *h, const char *key,
+                                  size_t len) {
+  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
+    uint32_t idx, seq;
+    if (throttle__find_nolock(h, key, p, &idx, &seq, true) != 0)
+      return false;
+  }
+  return true;
+}
+
 THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
                                   uint64_t timeout_ms) {
   size_t len;
@@ -420,8 +431,9 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   uint32_t idx;
   if (h->be == NULL && peek_open(h, key, len, &idx) &&
       (throttle__scope_next(key, len, 0) == 0 ||
-       (idx != UINT32_MAX &&
-        throttle__guess_scopes_open(h, key, len, idx, gen)))) {
+       (idx != UINT32_MAX
+            ? throttle__guess_scopes_open(h, key, len, idx, gen)
+            : scopes_guessed_absent(h, key, len)))) {
     throttle__clear_msg(h); /* the hot path: one lookup */
     return 0;
   }

@@ -428,7 +428,9 @@ int throttle__key_syntax(const throttle_t *h, const char *key, size_t len);
 uint64_t throttle__hash(uint64_t seed, const char *key, size_t len);
 /* Lock-free lookup: 1 found (*idx, *seq set), 0 absent, -1 unstable; with
  * guessed_only, THROTTLE__NOT_GUESSED unless this thread's guesses answer
- * (then the key passed throttle__check_key before). */
+ * (then the key passed throttle__check_key before, unless a writer outside
+ * the library put other bytes in the record a guess names: then a bad key
+ * skips only its syntax check, and is looked up as any key, I8). */
 #define THROTTLE__NOT_GUESSED (-2)
 int throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
                           uint32_t *idx, uint32_t *seq, bool guessed_only);

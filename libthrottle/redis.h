@@ -46,11 +46,16 @@
  *   - pools: a scope with a fixed cap or a rate bounds the sum of the
  *     admissions beneath it; a grant takes a place at every pool above at
  *     once, in the script that grants it; FIFO across the keys of a pool,
- *     live before backfill, among waiters whose own key would let them go
- *     (as each last saw it); a leave frees the places and wakes the
- *     waiters beneath, and the oldest eligible one takes the place.  Places
- *     of dead holders are reclaimed by the holder's liveness and lease, as
- *     its slot is (the heartbeat refreshes the places with the slot).
+ *     live before backfill, among waiters whose own key and every scope
+ *     between it and the pool would let them go (as each last saw it:
+ *     common.lua hold_depth; a waiter whose liveness lapsed counts no
+ *     more); a leave frees the places and wakes the waiters beneath, and
+ *     the oldest eligible one takes the place.  Places of dead holders
+ *     are reclaimed by the holder's liveness and lease, as its slot is
+ *     (the heartbeat refreshes the places with the slot).  A cap set on a
+ *     scope counts the holders already beneath it at their next heartbeat
+ *     (a quarter of the liveness), which gives each its place: the setter
+ *     cannot name those keys, a script sees only the keys it is given.
  *     Rejected: a pool queue of its own (a second FIFO to keep in step
  *     with the keys' queues; the beneath hash already holds each
  *     waiter's class and arrival), and reading the other keys' state to
@@ -77,9 +82,13 @@
  *                    learned cap (auto_* fields, common.lua), counters,
  *                    the fence counter, and the holders as fields
  *                    h:FENCE -> class probe concurrent since live_until
- *                    lease_until lease liveness host pid (one key: an
- *                    uncontended admission is one read and one write of
- *                    it).  For a scope (a key up to its last '/'), also
+ *                    lease_until lease liveness host pid token (one key:
+ *                    an uncontended admission is one read and one write
+ *                    of it); born (Redis us when the hash was made: a
+ *                    holder with a lower fence is one Redis lost, which
+ *                    its heartbeat registers again) and cleared (Redis ms
+ *                    of the last clear: a host's copy published before it
+ *                    is not healed back).  For a scope (a key up to its last '/'), also
  *                    what the last refusal beneath it taught (seed_*),
  *                    copied by a key new to it; a hash holding only
  *                    those is no key.
@@ -87,6 +96,8 @@
  *                    score = id, + 2^52 for backfill: the oldest of a
  *                    class is one range lookup, O(log N) per look)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
+ *                    token (the enter call's: a caller whose command
+ *                    failed gives back by it what the command did)
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
  *   thr1:{R}:b:KEY   when KEY is a scope: the waiters and watchers of the
@@ -103,7 +114,8 @@
  * idle is opened again once; every reply's shape is checked; BLPOP
  * refused means polling every RDS_POLL_MS, said as a standing notice, as
  * is an eviction policy other than noeviction (read at open); a waiting
- * call's commands end by its deadline.
+ * call's commands end by its deadline; an enter's answer carries the key's
+ * settings, which the core mirrors in the host's segment.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one
@@ -135,6 +147,7 @@ struct rds_ticket {
   char fence[32];
   int lapsed; /* the heartbeat found it gone */
   int cls;
+  pid_t pid;         /* the holder: a forked child beats only its own */
   uint64_t since_ms; /* monotonic, at the grant */
   char key[THROTTLE__KEY_MAX + 1];
 };
@@ -145,7 +158,15 @@ struct rds_ticket {
 struct rds_giveback {
   struct rds_giveback *next;
   char token[48];
+  pid_t pid;      /* whose: a forked child sends only its own */
   uint64_t until; /* monotonic ms */
+  char key[THROTTLE__KEY_MAX + 1];
+};
+
+/* A key whose reservations (this host's segment's callers, enter.lua)
+ * the heartbeat keeps until the segment has drained. */
+struct rds_reserved {
+  struct rds_reserved *next;
   char key[THROTTLE__KEY_MAX + 1];
 };
 
@@ -169,6 +190,11 @@ struct rds {
   void *intr_arg;
   uint64_t intr_period_ms;
   char me[300]; /* hostname, for info and listings */
+  /* this host's segment: how many callers of a key it still holds or
+   * queues, and its name (hostname@segment: its reservations in Redis) */
+  uint32_t (*seg_count)(void *arg, const char *key);
+  void *seg_arg;
+  char seg_id[400];
   /* connections */
   pthread_mutex_t mu;
   redisContext *pool[RDS_POOL_MAX];
@@ -188,17 +214,22 @@ struct rds {
   /* held admissions, kept alive by the heartbeat thread */
   struct rds_ticket *held;
   struct rds_giveback *giveback;
+  struct rds_reserved *reserved;
   pthread_t beat;
   pthread_cond_t beat_cv;
   int beat_running, stopping;
+  pid_t beat_pid; /* the process whose thread beat is: a child has none */
   struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 
 #define RDS_POLL_MS 250u /* a waiter's look when BLPOP is refused */
 #define RDS_BLOCK_RETRY_MS 60000u /* then BLPOP is tried again after this */
 
-/* redis_conn.c */
+/* redis_url.c */
 int rds_parse_url(struct rds *r, const char *url, char *msg, size_t len);
+void rds_key(char *out, size_t len, const char *kind, const char *key);
+
+/* redis_conn.c */
 uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
@@ -221,7 +252,6 @@ void rds_deadline(struct rds *r, redisContext *c, uint64_t deadline);
 int rds_past(uint64_t deadline);
 void rds_put(struct rds *r, redisContext *c, int ok);
 void rds_pool_free(struct rds *r);
-void rds_key(char *out, size_t len, const char *kind, const char *key);
 /* NULL: a connection failure (c->err set) or an error reply (c->err 0,
  * message set; the connection is still good). */
 redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
@@ -236,6 +266,13 @@ void rds_bad_reply(redisContext *c, const char *what,
 int rds_down(struct rds *r, redisContext *c, const char *what);
 /* backend.h notice: the standing warnings, joined. */
 unsigned rds_notice(struct rds *r, char *buf, size_t len);
+
+/* redis_beat.c: the heartbeat (started when needed), and the lists it
+ * works through. */
+void rds_hold(struct rds *r, struct rds_ticket *t);
+void rds_unhold(struct rds *r, struct rds_ticket *t);
+void rds_give_back(struct rds *r, const char *key, const char *token);
+void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];

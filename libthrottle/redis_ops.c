@@ -2,8 +2,7 @@
 /*
  * redis_ops.c — the Redis backend's operations (backend.h's table): each is
  * one script call (libthrottle/redis/) plus, for the calls that wait, bounded
- * BLPOPs on the caller's own list; and the heartbeat that keeps the
- * liveness records of this process's admissions fresh.
+ * BLPOPs on the caller's own list (the heartbeat: redis_beat.c).
  *
  * Waiting: the script answers "wait" with the time until the gate may open
  * by time alone, relative to Redis's clock; the caller sleeps on its own
@@ -11,12 +10,6 @@
  * clear, resume or cancel wakes it at once, and a lost push costs one
  * re-check.  Each re-check refreshes the waiter's liveness record, so a
  * waiter that died is dropped within the liveness bound.
- *
- * The heartbeat is one thread per handle, started at the first admission,
- * refreshing every held admission every liveness/4 on a connection of its
- * own; a holder that dies stops it, and its slot is reclaimed by the next
- * grant after liveness ms.  Rejected: refreshing from the caller's thread
- * (a loader blocked in a long request makes no calls).
  */
 #include "redis.h"
 #include "env.h"
@@ -114,6 +107,13 @@ static int rds_open(const struct throttle__be_params *p, void **out,
   for (char *c = r->me; *c; c++)
     if (*c == ' ')
       *c = '_';
+  r->seg_count = p->segment_count;
+  r->seg_arg = p->segment_arg;
+  snprintf(r->seg_id, sizeof r->seg_id, "%s@%.90s", r->me,
+           p->segment_name != NULL ? p->segment_name : "");
+  for (char *c = r->seg_id; *c; c++)
+    if (*c <= ' ' || *c == 0x7f)
+      *c = '_';
   pthread_mutex_init(&r->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -138,7 +138,7 @@ static void rds_close(void *be) {
     return;
   reg_remove(r);
   pthread_mutex_lock(&r->mu);
-  int running = r->beat_running && r->pid == getpid();
+  int running = r->beat_running && r->beat_pid == getpid();
   r->stopping = 1;
   pthread_cond_broadcast(&r->beat_cv);
   pthread_mutex_unlock(&r->mu);
@@ -158,7 +158,17 @@ static void rds_close(void *be) {
     r->giveback = g->next;
     free(g);
   }
-  pthread_cond_destroy(&r->beat_cv);
+  while (r->reserved != NULL) {
+    struct rds_reserved *x = r->reserved;
+    r->reserved = x->next;
+    free(x);
+  }
+  /* Not in a forked child: the parent's heartbeat thread may have been
+   * asleep on the condition variable at the fork, and glibc's destroy
+   * waits for its waiters, here a thread that does not exist (the child's
+   * close hung forever).  The memory is freed all the same. */
+  if (r->pid == getpid())
+    pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
 }
@@ -170,175 +180,6 @@ static const char *rds_errmsg(void *be) {
 
 static unsigned notice(void *be, char *buf, size_t len) {
   return rds_notice(be, buf, len);
-}
-
-/* ---- the heartbeat --------------------------------------------------- */
-
-/* One round: every held admission, however many (copied under the
- * mutex, refreshed without it).  *c is the thread's own connection, kept
- * across rounds (so the first command of a round is sent on a connection
- * that sat idle, and is retried once if the server closed it). */
-/* The give-backs (struct rds_giveback), under r->mu, which is dropped
- * around each call. */
-static void give_back_round(struct rds *r, redisContext **c) {
-  char pid[16];
-  snprintf(pid, sizeof pid, "%d", (int)getpid());
-  for (struct rds_giveback **pp = &r->giveback; *pp != NULL;) {
-    struct rds_giveback g = **pp;
-    pthread_mutex_unlock(&r->mu);
-    int done = rds_mono_ms() > g.until;
-    if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
-      char len[16];
-      snprintf(len, sizeof len, "%zu", strlen(g.key));
-      const char *av[] = {"-", "6", "0", pid, "", len, g.token};
-      redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 7, av);
-      if (rep != NULL) {
-        done = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-               rep->element[0]->type == REDIS_REPLY_INTEGER &&
-               rep->element[0]->integer != 1;
-        freeReplyObject(rep);
-      } else if ((*c)->err != 0) {
-        redisFree(*c);
-        *c = NULL;
-      }
-    }
-    pthread_mutex_lock(&r->mu);
-    /* the list only grows at its head meanwhile: find the entry again */
-    while (*pp != NULL && strcmp((*pp)->token, g.token) != 0)
-      pp = &(*pp)->next;
-    if (*pp == NULL)
-      break;
-    if (done) {
-      struct rds_giveback *x = *pp;
-      *pp = x->next;
-      free(x);
-    } else {
-      pp = &(*pp)->next;
-    }
-  }
-}
-
-static void beat_round(struct rds *r, redisContext **c) {
-  if (r->giveback != NULL)
-    give_back_round(r, c);
-  size_t n = 0;
-  for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
-    n++;
-  struct beat_one {
-    char fence[32];
-    char key[THROTTLE__KEY_MAX + 1];
-    char cls[4], held[24];
-    int gone;
-  } *v = n ? calloc(n, sizeof *v) : NULL;
-  if (v == NULL)
-    return; /* nothing held, or no memory: the next round tries */
-  size_t i = 0;
-  uint64_t now = rds_mono_ms();
-  for (struct rds_ticket *t = r->held; t != NULL; t = t->next) {
-    if (t->lapsed)
-      continue; /* taken back: nothing to keep alive */
-    memcpy(v[i].fence, t->fence, sizeof v[i].fence);
-    memcpy(v[i].key, t->key, sizeof v[i].key);
-    snprintf(v[i].cls, sizeof v[i].cls, "%d", t->cls);
-    snprintf(v[i].held, sizeof v[i].held, "%llu",
-             (unsigned long long)(now - t->since_ms));
-    i++;
-  }
-  n = i;
-  pthread_mutex_unlock(&r->mu);
-  if (*c != NULL)
-    rds_idle(*c);
-  char lease[16], live[16], pid[16];
-  snprintf(lease, sizeof lease, "%u", r->lease_ms);
-  snprintf(live, sizeof live, "%u", r->liveness_ms);
-  snprintf(pid, sizeof pid, "%d", (int)getpid());
-  for (i = 0; i < n; i++) {
-    if (*c == NULL && (*c = rds_connect(r)) == NULL)
-      break; /* Redis down: try again at the next beat */
-    const char *av[] = {v[i].fence, v[i].cls, lease, live,
-                        r->me,      pid,      v[i].held};
-    redisReply *rep = rds_eval(r, *c, RDS_BEAT, v[i].key, 7, av);
-    if (rep == NULL) {
-      if ((*c)->err != 0) {
-        redisFree(*c);
-        *c = NULL;
-      }
-      continue;
-    }
-    if (rep->type == REDIS_REPLY_INTEGER)
-      v[i].gone = rep->integer == 0;
-    freeReplyObject(rep);
-  }
-  pthread_mutex_lock(&r->mu);
-  for (i = 0; i < n; i++)
-    if (v[i].gone)
-      for (struct rds_ticket *t = r->held; t != NULL; t = t->next)
-        if (strcmp(t->fence, v[i].fence) == 0)
-          t->lapsed = 1;
-  free(v);
-}
-
-static void *beat_main(void *arg) {
-  struct rds *r = arg;
-  redisContext *c = NULL;
-  pthread_mutex_lock(&r->mu);
-  while (!r->stopping) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)r->liveness_ms / 4 * 1000000;
-    ts.tv_sec += (time_t)(ns / 1000000000);
-    ts.tv_nsec = (long)(ns % 1000000000);
-    pthread_cond_timedwait(&r->beat_cv, &r->mu, &ts);
-    if (r->stopping)
-      break;
-    beat_round(r, &c);
-  }
-  pthread_mutex_unlock(&r->mu);
-  if (c != NULL)
-    redisFree(c);
-  return NULL;
-}
-
-static void start_beat_locked(struct rds *r) {
-  if (!r->beat_running && !r->stopping &&
-      pthread_create(&r->beat, NULL, beat_main, r) == 0)
-    r->beat_running = 1;
-}
-
-static void hold(struct rds *r, struct rds_ticket *t) {
-  pthread_mutex_lock(&r->mu);
-  t->next = r->held;
-  r->held = t;
-  start_beat_locked(r);
-  pthread_mutex_unlock(&r->mu);
-}
-
-/* The enter with this token may have queued or been admitted without its
- * caller hearing it: given back from the heartbeat thread, for as long as
- * a waiter or holder record of it could live (liveness: nobody refreshes
- * it). */
-static void give_back(struct rds *r, const char *key, const char *token) {
-  struct rds_giveback *g = calloc(1, sizeof *g);
-  if (g == NULL)
-    return; /* then liveness reclaims it, as before */
-  snprintf(g->token, sizeof g->token, "%s", token);
-  snprintf(g->key, sizeof g->key, "%s", key);
-  g->until = rds_mono_ms() + r->liveness_ms;
-  pthread_mutex_lock(&r->mu);
-  g->next = r->giveback;
-  r->giveback = g;
-  start_beat_locked(r);
-  pthread_mutex_unlock(&r->mu);
-}
-
-static void unhold(struct rds *r, struct rds_ticket *t) {
-  pthread_mutex_lock(&r->mu);
-  for (struct rds_ticket **pp = &r->held; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == t) {
-      *pp = t->next;
-      break;
-    }
-  pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- calls ----------------------------------------------------------- */
@@ -563,9 +404,28 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   return 0;
 }
 
+/* The key's settings an enter reply carries (enter.lua), bounded: the
+ * hash is input (I8). */
+static void settings_of(const redisReply *rep, struct throttle__be_settings *set) {
+  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING)
+    return;
+  unsigned long long v[7];
+  if (sscanf(rep->element[4]->str, "%llu %llu %llu %llu %llu %llu %llu",
+             &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)
+    return;
+  set->known = 1;
+  set->fixed_cap = v[0] <= THROTTLE__SLOTS ? (uint32_t)v[0] : THROTTLE__SLOTS;
+  set->auto_max = v[1] <= THROTTLE__SLOTS ? (uint32_t)v[1] : THROTTLE__SLOTS;
+  set->paused = v[2] == 1;
+  set->rate_n = v[3] <= UINT32_MAX && v[4] > 0 ? (uint32_t)v[3] : 0;
+  set->rate_period_ms = set->rate_n ? v[4] : 0;
+  set->share_set = v[5] == 1;
+  set->share_permille = v[6] <= 1000 ? (uint32_t)v[6] : 1000;
+}
+
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                      int nowait, void **tk, int *probe, uint64_t *wait_ms,
-                     const uint32_t cold[2]) {
+                     const uint32_t cold[2], struct throttle__be_settings *set) {
   struct rds *r = be;
   uint64_t start = rds_mono_ms();
   uint64_t deadline = timeout_ms == THROTTLE_FOREVER ? UINT64_MAX
@@ -599,20 +459,26 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     else
       snprintf(left, sizeof left, "%llu",
                (unsigned long long)(deadline > now ? deadline - now : 0));
+    char rsv[16];
+    uint32_t nrsv = r->seg_count != NULL ? r->seg_count(r->seg_arg, key) : 0;
+    snprintf(rsv, sizeof rsv, "%u", nrsv);
+    if (nrsv > 0)
+      rds_reserved(r, key); /* the heartbeat keeps them while it drains */
     const char *av[] = {id,  scls,  lease, live,
                         r->me, pid, nowait ? "1" : "0", left, c429, c503,
-                        token};
-    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 11, av, 4);
+                        token, rsv, r->seg_id};
+    redisReply *rep = eval_as(r, c, RDS_ENTER, key, 13, av, 4);
     if (rep == NULL) {
-      give_back(r, key, token);
+      rds_give_back(r, key, token);
       return failed(r, c, "enter", key, nowait ? UINT64_MAX : deadline,
                     timeout_ms);
     }
     int64_t st = elem_int(rep, 0);
+    settings_of(rep, set);
     if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
       rds_bad_reply(c, "enter", rep);
       freeReplyObject(rep);
-      give_back(r, key, token);
+      rds_give_back(r, key, token);
       return rds_down(r, c, "enter");
     }
     elem_str(rep, 1, id, sizeof id);
@@ -634,8 +500,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       snprintf(t->fence, sizeof t->fence, "%s", id);
       snprintf(t->key, sizeof t->key, "%s", key);
       t->cls = cls;
+      t->pid = getpid();
       t->since_ms = rds_mono_ms();
-      hold(r, t);
+      rds_hold(r, t);
       *tk = t;
       *probe = is_probe;
       return 0;
@@ -675,7 +542,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                           "1", "0",  c429,  c503, token};
       rep = eval_as(r, c, RDS_ENTER, key, 11, qv, 4);
       if (rep == NULL) {
-        give_back(r, key, token);
+        rds_give_back(r, key, token);
         return rds_down(r, c, "enter");
       }
       int granted = elem_int(rep, 0) == 0;
@@ -683,7 +550,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
         if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL) {
-          give_back(r, key, token);
+          rds_give_back(r, key, token);
           return rds_down(r, c, "enter");
         }
         freeReplyObject(rep);
@@ -693,7 +560,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       return THROTTLE_EINTR;
     }
     if (rds_blpop(r, c, key, id, sleep, deadline) != 0) {
-      give_back(r, key, token); /* its queue place, or a grant meanwhile */
+      rds_give_back(r, key, token); /* its queue place, or a grant meanwhile */
       return failed(r, c, "enter", key, deadline, timeout_ms);
     }
   }
@@ -703,7 +570,7 @@ static int rds_leave(void *be, void *tk, int outcome, uint64_t retry_after_ms,
                      uint32_t pub_len) {
   struct rds *r = be;
   struct rds_ticket *t = tk;
-  unhold(r, t);
+  rds_unhold(r, t);
   char out[8], ms[24], pid[16], at[16];
   snprintf(out, sizeof out, "%d", outcome);
   snprintf(ms, sizeof ms, "%llu", (unsigned long long)retry_after_ms);

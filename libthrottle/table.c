@@ -57,7 +57,9 @@ static inline unsigned scan_word(uint64_t w, unsigned k, uint64_t *bad,
   return (unsigned)(((sl >> 7) * ONES) >> 56); /* the bytes' sum */
 }
 
-/* Why key (len bytes, known bad) is refused. */
+/* Why key (len bytes, known bad) is refused.  The control bytes first:
+ * only a key without any is quoted in the message (which may reach a
+ * terminal). */
 static int key_refused(const throttle_t *h, const char *key, size_t len,
                        unsigned scopes) {
   for (size_t i = 0; i < len; i++) {
@@ -67,7 +69,9 @@ static int key_refused(const throttle_t *h, const char *key, size_t len,
                             "key has a control byte (0x%02x) at byte %zu; "
                             "keys are printable",
                             c, i);
-    if (c == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (key[i] == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
       return throttle__fail(
           h, THROTTLE_EKEY,
           "key \"%.*s\" has an empty name at byte %zu: keys are paths of "
@@ -223,12 +227,11 @@ static void wipe_rec(struct throttle__rec *r) {
  * sequence, that the record it names holds this very key (its bytes), so a
  * stale or wrong guess costs one miss, never a wrong answer.  It saves the
  * hash and the probe walk on the hot path. */
-#define GUESS_SETS 16 /* two ways each: 32 x 16 bytes of TLS per thread */
+#define GUESS_SETS 16 /* two ways each: 32 x 8 bytes of TLS per thread */
 struct guess {
-  const char *key; /* where the caller passed it: a hint, never proof */
-  uint32_t idx;    /* a record index, with GUESS_SCOPES: see seq */
-  uint32_t seq;    /* with GUESS_SCOPES in idx: the key's scopes were open
-                      under hdr->sgen == seq */
+  uint32_t idx; /* a record index + 1 (0: none), with GUESS_SCOPES: see seq */
+  uint32_t seq; /* with GUESS_SCOPES in idx: the key's scopes were open
+                   under hdr->sgen == seq */
 };
 #define GUESS_SCOPES 0x40000000u /* beyond any record index */
 static THROTTLE__TLS struct guess guess[GUESS_SETS][2];
@@ -240,10 +243,12 @@ static THROTTLE__TLS struct guess guess[GUESS_SETS][2];
  * (keys up to ABSENT_COPY bytes; longer ones are looked up each time) and
  * is used only for the same bytes: one buffer holds many keys in turn (a
  * loop over table names, a binding's runtime reusing a string's address).
- * Valid only while the table's sequence is the one it was seen under: any
- * insert, evict or rebuild changes it. */
-#define ABSENT_WAYS 4
-#define ABSENT_COPY 40
+ * Its way is chosen by the bytes, not the address, so one scope named by
+ * many buffers (every table's key) takes one.  Valid only while the
+ * table's sequence is the one it was seen under: any insert, evict or
+ * rebuild changes it. */
+#define ABSENT_WAYS 6
+#define ABSENT_COPY 72 /* 6 x 80 bytes of TLS per thread */
 static THROTTLE__TLS struct absent {
   uint32_t seq; /* tseq when seen absent */
   uint32_t len; /* 0: nothing */
@@ -255,37 +260,38 @@ static THROTTLE__TLS struct absent {
  * address is no identity: a closed handle's is handed to the next one
  * opened, and a segment made afresh under the same name counts its
  * sequences from the start again).  A thread that alternates between two
- * segments pays lookups for it; one segment per process is the rule. */
-static THROTTLE__TLS uint64_t guess_seed;
-static THROTTLE__TLS bool guess_any; /* guess_seed was set */
+ * segments pays lookups for it; one segment per process is the rule.
+ * (The library's thread-local state must fit glibc's static TLS surplus
+ * when it is dlopen'ed: internal.h.) */
+static THROTTLE__TLS uint64_t guess_seed; /* 0 at first: all empty then */
 
 static inline void guess_bind(const throttle_t *h) {
-  if (__builtin_expect(guess_seed == h->seed && guess_any, 1))
+  if (__builtin_expect(guess_seed == h->seed, 1))
     return;
   memset(guess, 0, sizeof guess);
   memset(absent, 0, sizeof absent);
   guess_seed = h->seed;
-  guess_any = true;
-}
-
-static inline uint64_t guess_mix(const char *key, size_t len) {
-  return ((uint64_t)(uintptr_t)key ^ len) * UINT64_C(0x9e3779b97f4a7c15);
 }
 
 static struct guess *guess_set(const char *key, size_t len) {
-  return guess[guess_mix(key, len) >> 60]; /* top 4 bits: 0..15 */
+  uint64_t x = ((uint64_t)(uintptr_t)key ^ len) * UINT64_C(0x9e3779b97f4a7c15);
+  return guess[x >> 60]; /* top 4 bits: 0..15 */
 }
 
+/* The length and the first and last bytes: what tells apart the names a
+ * loader asks about (table names of one length differ at the end). */
 static struct absent *absent_way(const char *key, size_t len) {
-  return &absent[guess_mix(key, len) >> 62]; /* top 2 bits: 0..3 */
+  uint32_t x = (uint32_t)len * 0x9e37u + (unsigned char)key[0] * 0x79b9u +
+               (unsigned char)key[len - 1] * 0x7f4bu;
+  return &absent[((x & 0xffffu) * ABSENT_WAYS) >> 16];
 }
 
 /* A guess that names a record holding this key, or UINT32_MAX. */
 __attribute__((no_sanitize("thread"))) static uint32_t
 try_guess(const throttle_t *h, const struct guess *g, const char *key,
           size_t len) {
-  uint32_t idx = g->idx & ~GUESS_SCOPES;
-  if (g->key != key || idx >= h->capacity)
+  uint32_t idx = (g->idx & ~GUESS_SCOPES) - 1; /* none: UINT32_MAX */
+  if (idx >= h->capacity)
     return UINT32_MAX;
   const struct throttle__rec *r = &h->recs[idx];
   return r->state == THROTTLE__REC_USED && key_matches(r, key, len)
@@ -302,19 +308,19 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
   if (s & 1)
     return guessed_only ? THROTTLE__NOT_GUESSED : -1;
   guess_bind(h);
-  struct absent *a = absent_way(key, len);
-  if (a->len == len && a->seq == s && bytes_match(a->key, key, len)) {
-    *seq = s; /* absent under this very sequence: still absent */
-    return 0;
-  }
   int found = 0;
   struct guess *set = guess_set(key, len);
   uint32_t gi = try_guess(h, &set[0], key, len);
   if (gi == UINT32_MAX)
     gi = try_guess(h, &set[1], key, len);
+  struct absent *a = NULL;
   if (gi != UINT32_MAX) {
     *idx = gi;
     found = 1;
+  } else if ((a = absent_way(key, len))->len == len && a->seq == s &&
+             bytes_match(a->key, key, len)) {
+    *seq = s; /* absent under this very sequence: still absent */
+    return 0;
   } else if (guessed_only) {
     return THROTTLE__NOT_GUESSED;
   }
@@ -336,7 +342,7 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
         *idx = ri;
         found = 1;
         set[1] = set[0]; /* the newest guess first, the older kept */
-        set[0] = (struct guess){key, ri, s};
+        set[0] = (struct guess){ri + 1, s};
         break;
       }
     }
@@ -346,6 +352,7 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
   if (atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed) != s)
     return -1;
   if (!found && len <= ABSENT_COPY) { /* seen absent under s */
+    a = absent_way(key, len);
     memcpy(a->key, key, len);
     a->len = (uint32_t)len;
     a->seq = s;
@@ -358,24 +365,21 @@ throttle__find_nolock(const throttle_t *h, const char *key, size_t len,
  * at idx, or an insert (which changes sgen) put it there. */
 bool throttle__guess_scopes_open(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
-  if (guess_seed != h->seed || !guess_any)
-    return false;
+  (void)h; /* bound by the lookup that found idx */
   const struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
-    if (set[w].idx == (idx | GUESS_SCOPES) && set[w].key == key &&
-        set[w].seq == gen)
+    if (set[w].idx == ((idx + 1) | GUESS_SCOPES) && set[w].seq == gen)
       return true;
   return false;
 }
 
 void throttle__guess_note_scopes(const throttle_t *h, const char *key,
                                  size_t len, uint32_t idx, uint32_t gen) {
-  if (guess_seed != h->seed || !guess_any)
-    return;
+  guess_bind(h); /* the look that found idx bound them; cheap */
   struct guess *set = guess_set(key, len);
   for (int w = 0; w < 2; w++)
-    if ((set[w].idx & ~GUESS_SCOPES) == idx && set[w].key == key) {
-      set[w].idx = idx | GUESS_SCOPES;
+    if ((set[w].idx & ~GUESS_SCOPES) == idx + 1) {
+      set[w].idx = (idx + 1) | GUESS_SCOPES;
       set[w].seq = gen;
     }
 }

@@ -10,7 +10,7 @@ B=${B:-build}
 case "$B" in /*) ;; *) B="$top/$B" ;; esac
 T="$B/throttlectl"
 tmp=$(mktemp -d)
-SEG="/tt-$(basename "$0" .sh)-$$"
+SEG="/tt-${TH_TEST_TAG:-}$(basename "$0" .sh)-$$"
 export THROTTLE_SEGMENT="$SEG"
 . "$top/tests/check_lib.sh"
 cleanup_hooks=""

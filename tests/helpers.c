@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "redis_helpers.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,8 +31,36 @@
 
 static unsigned name_counter;
 
+const char *th_test_tag(void) {
+  const char *t = getenv("TH_TEST_TAG");
+  if (t == NULL || *t == 0) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "p%ld-", (long)getpid());
+    setenv("TH_TEST_TAG", buf, 1);
+    t = getenv("TH_TEST_TAG");
+  }
+  return t;
+}
+
 void th_unique_name(char *buf, size_t len) {
-  snprintf(buf, len, "/tt-%ld-%u", (long)getpid(), ++name_counter);
+  snprintf(buf, len, "/tt-%s%ld-%u", th_test_tag(), (long)getpid(),
+           ++name_counter);
+}
+
+void th_remove_tagged(void) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "tt-%s", th_test_tag());
+  size_t n = strlen(prefix);
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL)
+    return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (strncmp(e->d_name, prefix, n) == 0) {
+      char name[300];
+      snprintf(name, sizeof name, "/%s", e->d_name);
+      shm_unlink(name);
+    }
+  closedir(d);
 }
 
 /* The variables throttle_open() and the crash points read: tests set them
@@ -107,6 +136,9 @@ int th_teardown(void **state) {
   shm_unlink(fx->name);
   for (int i = 0; i < fx->nextra; i++)
     shm_unlink(fx->extra[i]);
+  /* and what the test's children named and could not remove (a child
+   * that ends by _exit or exec runs no teardown) */
+  th_remove_tagged();
   clear_env();
   free(fx);
   *state = NULL;

@@ -30,7 +30,7 @@ struct th_fx {
 
 /* cmocka setup / teardown: the teardown kills and reaps every child still
  * registered, closes fx->h, frees fx->cfg, unlinks the segment (and the
- * extra names) and unsets the THROTTLE_* environment variables a test may
+ * extra names, and every name of this run's tag: th_remove_tagged) and unsets the THROTTLE_* environment variables a test may
  * have set. */
 int th_setup(void **state);
 int th_teardown(void **state);
@@ -47,8 +47,16 @@ int th_redis_teardown(void **state, struct th_redis *r);
  * NULL). */
 throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc);
 
-/* A fresh unique segment name "/tt-<pid>-<n>" (n counts per process). */
+/* The tag every test name carries: $TH_TEST_TAG (tests/run.sh sets one per
+ * run, so that what a run leaves behind is found and told from what
+ * others' runs on the same machine make), else "p<pid>-" of the first
+ * process that asks, exported to its children. */
+const char *th_test_tag(void);
+/* A fresh unique segment name "/tt-<tag><pid>-<n>" (n counts per process). */
 void th_unique_name(char *buf, size_t len);
+/* Unlink every /dev/shm object named "tt-<tag>...": th_teardown calls it,
+ * for the segments a test's children named. */
+void th_remove_tagged(void);
 
 /* Another unique segment name, unlinked by the teardown. */
 const char *th_extra_name(struct th_fx *fx);

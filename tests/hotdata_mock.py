@@ -13,11 +13,14 @@ once.
 
     python3 tests/hotdata_mock.py --port 0 --port-file PATH
         [every mock_server.py option] [--database ID]...
-        [--declare SCHEMA.TABLE]...
+        [--declare SCHEMA.TABLE]... [--catalog-lock]
 
 --database ID: a database that exists from the start (id ID, its
 connection "conn_ID"), for pipelines that pin database_id so that several
-of them write the same tables; --declare: a table each of them has
+of them write the same tables; --catalog-lock: one load at a time per
+database, over all its tables (the lock the destination says the API
+takes; its counters are then under "WORKSPACE/conn_ID"), else per
+table; --declare: a table each of them has
 declared from the start, as after a pipeline's first run (two first runs
 at once both declare a missing table, and the second is answered 409
 CONFLICT, which hotdata-dlt-destination 0.17 takes as terminal).  Both
@@ -51,7 +54,6 @@ does not know; each is also logged on stderr).
 
 import datetime
 import itertools
-import json
 import os
 import sys
 import urllib.parse
@@ -293,7 +295,8 @@ class HotdataHandler(Handler):
         if receipt is not None:  # the same upload again: its receipt
             return self.answer(200, receipt)
         self.load_ctx = (conn, schema, table, up_id)
-        self.v1(self.workspace_id(), table,
+        unit = conn if self.server.args.catalog_lock else table
+        self.v1(self.workspace_id(), unit,
                 lambda t: self.load(t, table, raw))
 
     def load_done(self, t, name, raw):
@@ -318,6 +321,8 @@ def options(ap):
     ap.add_argument("--database", action="append", default=[], metavar="ID",
                     help="a database that exists from the start "
                          "(repeatable)")
+    ap.add_argument("--catalog-lock", action="store_true",
+                    help="one load at a time per database, not per table")
     ap.add_argument("--declare", action="append", default=[],
                     metavar="SCHEMA.TABLE",
                     help="a table the --database databases have declared "

@@ -14,7 +14,7 @@ ctl="$B/throttlectl"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 0; }
 tmp=$(mktemp -d)
 srv=""
-seg="/tt-$name-$$"
+seg="/tt-${TH_TEST_TAG:-}$name-$$"
 export THROTTLE_SEGMENT="$seg"
 . "$top/tests/check_lib.sh"
 . "$top/tests/mock_lib.sh"

@@ -4,7 +4,7 @@
  * (tests/mock_server.py): real processes only.  Each test starts its own
  * mock server (python3, --port 0, the port read from --port-file in the
  * test's scratch directory), runs $B/throttlectl (B defaulting to "build")
- * in child processes with its own segment ("/thr-http-test-<pid>-<n>"),
+ * in child processes with its own segment ("/tt-<tag>http-<pid>-<n>"),
  * and checks exit statuses, stdout, stderr and the server's counters
  * (GET /stats, read with libcurl directly, not through the tool under
  * test).  The teardown stops and reaps the server and removes the segment
@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "helpers.h" /* th_test_tag() */
+
 #define MAX_ARGS 40
 #define END ((const char *)NULL)
 /* Longest a child may run before the test calls it hung. */
@@ -69,8 +71,8 @@ static void sleep_ms(long ms) {
 /* ---- the fixture ------------------------------------------------------ */
 
 struct fx {
-  char seg[64];  /* "/thr-http-test-<pid>-<n>" */
-  char shm[128]; /* "/dev/shm/thr-http-test-..." */
+  char seg[64];  /* "/tt-<tag>http-<pid>-<n>" */
+  char shm[128]; /* "/dev/shm/tt-<tag>http-..." */
   char dir[64];  /* scratch directory */
   char base[64]; /* "http://127.0.0.1:PORT" */
   pid_t mock;
@@ -158,7 +160,8 @@ static int setup_with(void **state, const char *service_ms) {
   struct fx *f = calloc(1, sizeof *f);
   if (f == NULL)
     return -1;
-  snprintf(f->seg, sizeof f->seg, "/thr-http-test-%ld-%d", (long)getpid(), ++n);
+  snprintf(f->seg, sizeof f->seg, "/tt-%shttp-%ld-%d", th_test_tag(),
+           (long)getpid(), ++n);
   snprintf(f->shm, sizeof f->shm, "/dev/shm%s", f->seg);
   snprintf(f->dir, sizeof f->dir, "/tmp/thr-http-test-XXXXXX");
   shm_unlink(f->seg);

@@ -76,6 +76,36 @@ check "metrics -o file is world-readable" "644" "$(stat -c %a "$tmp/textfile/thr
 "$T" metrics -o "$tmp/no/such/dir/x.prom" 2>"$tmp/err"
 check "metrics -o into a missing directory fails" 1 $?
 
+# Which build, and whether the segment was read; a pool's row is marked,
+# so that summing the rows without it counts each request once.
+check_true "throttle_build_info names the versions" \
+  grep -q '^throttle_build_info{throttlectl="[0-9.]*",libthrottle="[0-9.]*"} 1$' "$tmp/m.txt"
+check_true "throttle_up is 1" grep -q "^throttle_up{segment=\"$SEG\"} 1\$" "$tmp/m.txt"
+pseg="$SEG-pool"
+rm_pool() { "$T" --segment "$pseg" rm >/dev/null 2>&1; }
+cleanup_hooks="$cleanup_hooks rm_pool"
+"$T" --segment "$pseg" set mpool --max-parallel 3 >/dev/null &&
+  "$T" --segment "$pseg" set mpool/t --max-parallel 2 >/dev/null
+"$T" --segment "$pseg" metrics >"$tmp/m2.txt"
+check_true "a pool's row has pool=\"true\"" \
+  grep -q "^throttle_key_cap{segment=\"$pseg\",key=\"mpool\",pool=\"true\"} 3\$" "$tmp/m2.txt"
+check_true "  a key's below it has not" \
+  grep -q "^throttle_key_cap{segment=\"$pseg\",key=\"mpool/t\",scope=\"mpool\"} 2\$" "$tmp/m2.txt"
+rm_pool
+# A segment that is gone: FILE is rewritten with throttle_up 0 and no
+# figure, not left with the last ones looking current.
+cp "$tmp/textfile/throttle.prom" "$tmp/before.prom"
+"$T" --segment "$SEG-gone" metrics -o "$tmp/textfile/throttle.prom" 2>"$tmp/err"
+check "metrics -o of a segment that is gone: exit 1" 1 $?
+check_true "  FILE says throttle_up 0" \
+  grep -q "^throttle_up{segment=\"$SEG-gone\"} 0\$" "$tmp/textfile/throttle.prom"
+check "  and holds no key figure" 0 "$(lines '^throttle_key_' "$tmp/textfile/throttle.prom")"
+check "  no temporary left" "throttle.prom" "$(ls "$tmp/textfile")"
+if command -v promtool >/dev/null 2>&1; then
+  promtool check metrics <"$tmp/textfile/throttle.prom" >"$tmp/promtool.out" 2>&1
+  check "  promtool accepts it" 0 $?
+fi
+
 # ---- JSON ----
 "$T" ls --json >"$tmp/ls.json"
 "$T" show hot --json >"$tmp/show.json"

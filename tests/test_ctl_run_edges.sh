@@ -17,9 +17,9 @@ guard "$ctl" run --retries 0 kf -- sh -c \
 check "run: a FIFO for the Retry-After file does not hang it" 75 $?
 "$ctl" clear kf >/dev/null
 
-out=$("$ctl" --segment /tt-edges-other-$$ run ks -- sh -c 'echo "$THROTTLE_SEGMENT"')
-check "run --segment reaches CMD as THROTTLE_SEGMENT" "/tt-edges-other-$$" "$out"
-"$ctl" --segment /tt-edges-other-$$ rm >/dev/null 2>&1
+out=$("$ctl" --segment /tt-${TH_TEST_TAG:-}edges-other-$$ run ks -- sh -c 'echo "$THROTTLE_SEGMENT"')
+check "run --segment reaches CMD as THROTTLE_SEGMENT" "/tt-${TH_TEST_TAG:-}edges-other-$$" "$out"
+"$ctl" --segment /tt-${TH_TEST_TAG:-}edges-other-$$ rm >/dev/null 2>&1
 
 # Structurally: CMD leads a process group of its own, so that no signal to
 # run's group reaches it directly (a second one would come from run).

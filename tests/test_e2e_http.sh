@@ -25,8 +25,8 @@ fi
 tmp=$(mktemp -d)
 srv=""
 pids=""
-seg_name="tt-e2e-$$"
-bad_name="tt-e2e-bad-$$"
+seg_name="tt-${TH_TEST_TAG:-}e2e-$$"
+bad_name="tt-${TH_TEST_TAG:-}e2e-bad-$$"
 export THROTTLE_SEGMENT="/$seg_name"
 . "$top/tests/check_lib.sh"
 . "$top/tests/mock_lib.sh"

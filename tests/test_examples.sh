@@ -14,13 +14,13 @@ case "$B" in /*) ;; *) B="$top/$B" ;; esac
 loader="$B/examples/loader"
 tmp=$(mktemp -d)
 srv=""
-export THROTTLE_SEGMENT="/tt-examples-$$"
+export THROTTLE_SEGMENT="/tt-${TH_TEST_TAG:-}examples-$$"
 . "$top/tests/check_lib.sh"
 . "$top/tests/mock_lib.sh"
 cleanup() {
   mock_stop
   "$B/throttlectl" rm >/dev/null 2>&1
-  rm -f "/dev/shm/tt-examples-$$" "/dev/shm/tt-examples-bad-$$"
+  rm -f "/dev/shm/tt-${TH_TEST_TAG:-}examples-$$" "/dev/shm/tt-${TH_TEST_TAG:-}examples-bad-$$"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -78,10 +78,10 @@ check "held past the timeout: early" 0 "$(mock_stat early)"
 
 # ---- fail open: a segment that is not one ------------------------------------------
 mock_admin reset '{}'
-bad_seg="/dev/shm/tt-examples-bad-$$"
+bad_seg="/dev/shm/tt-${TH_TEST_TAG:-}examples-bad-$$"
 head -c 8192 /dev/zero | tr '\0' 'x' >"$bad_seg"
 chmod 0600 "$bad_seg"
-THROTTLE_SEGMENT="/tt-examples-bad-$$" "$loader" "$U" orders "$tmp/files/part-01" \
+THROTTLE_SEGMENT="/tt-${TH_TEST_TAG:-}examples-bad-$$" "$loader" "$U" orders "$tmp/files/part-01" \
   >"$tmp/out" 2>"$tmp/err"
 check "unusable segment: exit 0" 0 $?
 check "unusable segment: loaded" 1 "$(mock_stat loads_ok)"

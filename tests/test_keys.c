@@ -60,6 +60,9 @@ static void expect_refused(throttle_t *h, const char *key, const char *why) {
   assert_null(t);
   assert_null(info);
   assert_int_equal(throttle_check_key(key), THROTTLE_EKEY);
+  for (const char *m = throttle_errmsg(NULL); *m; m++)
+    if ((unsigned char)*m < 0x20 || *m == 0x7f)
+      fail_msg("key \"%s\": the message holds a control byte", key);
   if (strstr(throttle_errmsg(NULL), why) == NULL)
     fail_msg("key \"%s\": message \"%s\" does not say \"%s\"", key,
              throttle_errmsg(NULL), why);
@@ -85,7 +88,7 @@ static void check_syntax(throttle_t *h) {
     expect_refused(h, empty_name[i], "empty name");
   static const char *const control[] = {
       "a\tb", "ws1/or\nders", "\x01", "ws1/\x7f", "0123456789abcdef\x1f",
-      "0123456789abcde\x1b", "\x1b[2Jorders"};
+      "0123456789abcde\x1b", "\x1b[2Jorders", "/a//\x1b]0;t"};
   for (size_t i = 0; i < sizeof control / sizeof control[0]; i++)
     expect_refused(h, control[i], "control byte");
   static const char *const good[] = {

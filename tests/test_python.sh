@@ -47,7 +47,7 @@ fi
 # does not see Debian's python3-* packages: the package must still import
 # and work with the standard library alone.
 first=$(command -v python3)
-seg="/tt-py-import-$$"
+seg="/tt-${TH_TEST_TAG:-}py-import-$$"
 if (cd / && PYTHONPATH="$top/python" THROTTLE_SEGMENT="$seg" python3 -c '
 import sys, libthrottle as L
 t = L.Throttle()

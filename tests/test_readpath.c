@@ -107,16 +107,20 @@ static void test_readpath_absent_scope_guess_compares_bytes(void **state) {
 static void test_readpath_loop_over_names_in_one_buffer(void **state) {
   struct th_fx *fx = fx_of(state);
   throttle_t *h = th_open(fx);
-  /* short names (remembered absent with their bytes) and long ones (not
-   * remembered) */
-  static const char *const prefix[2] = {
-      "ws1", "hotdata:a-workspace-with-a-longer-name"};
-  publish_elsewhere(fx, "ws1/tbl-7");
-  publish_elsewhere(fx, "hotdata:a-workspace-with-a-longer-name/tbl-7");
-  char key[64];
-  for (int round = 0; round < 4; round++)
+  /* names remembered absent with their bytes, and names too long for
+   * that (looked up each time) */
+  static const char *const prefix[3] = {
+      "ws1", "hotdata:a-workspace-with-a-longer-name",
+      "hotdata:a-workspace-with-a-name-longer-than-what-is-remembered-of-"
+      "an-absent-key"};
+  char key[128];
+  for (int i = 0; i < 3; i++) {
+    snprintf(key, sizeof key, "%s/tbl-7", prefix[i]);
+    publish_elsewhere(fx, key);
+  }
+  for (int round = 0; round < 6; round++)
     for (int i = 0; i < 10; i++) {
-      snprintf(key, sizeof key, "%s/tbl-%d", prefix[round % 2], i);
+      snprintf(key, sizeof key, "%s/tbl-%d", prefix[round % 3], i);
       uint64_t ms = remaining(h, key);
       if (i == 7)
         assert_true(ms > LONG_MS / 2);

@@ -680,6 +680,25 @@ static void test_redis_fork_while_another_thread_calls(void **state) {
   assert_int_equal(bad, 0);
 }
 
+static int close_inherited(void *arg) {
+  throttle_close(arg);
+  return 0;
+}
+
+/* fork() while the parent holds an admission (its heartbeat thread waits
+ * on the handle's condition variable): the child closes its copy and
+ * exits (pthread_cond_destroy() in the child waited for the parent's
+ * sleeper, forever). */
+static void test_redis_fork_while_holding_closes_in_child(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "f", THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  th_sleep_ms(50); /* the heartbeat thread is asleep on its wait */
+  th_reap_ok(fx, th_spawn(fx, close_inherited, a), HANG_GUARD_MS);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 static void test_redis_stalled_server_blocks_no_call(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
@@ -745,6 +764,8 @@ int main(int argc, char **argv) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_fork_while_another_thread_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_fork_while_holding_closes_in_child, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };

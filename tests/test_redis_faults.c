@@ -466,7 +466,7 @@ static void test_redis_faults_cluster_refused_at_open(void **state) {
  * refresh: every one stays alive past several liveness bounds. */
 static void test_redis_faults_heartbeat_keeps_every_holding(void **state) {
   struct th_fx *fx = *state;
-  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  setenv("THROTTLE_LIVENESS_MS", "1500", 1);
   enum { N = 80 };
   throttle_t *a = th_open(fx);
   throttle_ticket_t *t[N];
@@ -476,7 +476,7 @@ static void test_redis_faults_heartbeat_keeps_every_holding(void **state) {
     assert_int_equal(throttle_enter(a, key, THROTTLE_CLASS_LIVE, 1000, &t[i]),
                      0);
   }
-  th_sleep_ms(3500); /* more than three liveness bounds */
+  th_sleep_ms(4500); /* three liveness bounds */
   throttle_t *b = other_host(fx);
   int lost = 0;
   for (int i = 0; i < N; i++) {
@@ -500,9 +500,11 @@ static void test_redis_faults_restart_heartbeat_registers_holders_again(
   throttle_t *a = th_open(fx);
   assert_int_equal(throttle_set_max_parallel(a, "ws/k", 2), 0);
   throttle_ticket_t *t[2] = {NULL, NULL}, *t3 = NULL;
+  /* (the second waits up to 1 s: the cold-scope rule holds it behind the
+   * first) */
   for (int i = 0; i < 2; i++)
     assert_int_equal(
-        throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 1000, &t[i]), 0);
+        throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 10000, &t[i]), 0);
   th_redis_stop(&R, 1);
   assert_int_equal(th_redis_start(&R), 0); /* empty */
   throttle_t *b = other_host(fx);
@@ -531,7 +533,7 @@ static void test_redis_faults_clear_on_one_host_not_healed_back(void **state) {
     assert_int_equal(reset ? throttle_reset(b) : throttle_clear(b, "ws/k"),
                      0);
     /* a's next calls heal from its segment: the copy is older */
-    assert_int_equal(throttle_wait(a, "ws/k", 1000), 0);
+    assert_int_equal(throttle_wait(a, "ws/k", 10000), 0);
     throttle_ticket_t *t = NULL;
     assert_int_equal(throttle_try_enter(a, "ws/k", THROTTLE_CLASS_LIVE, &t,
                                         NULL),
@@ -544,6 +546,135 @@ static void test_redis_faults_clear_on_one_host_not_healed_back(void **state) {
   cli("FLUSHALL", NULL, NULL, NULL, NULL);
   assert_int_equal(throttle_wait(a, "ws/k", 0), THROTTLE_ETIMEDOUT);
   assert_true(th_remaining(b, "ws/k") > 0);
+  throttle_close(b);
+}
+
+/* A pause and a cap set through Redis by one host reach another host's
+ * segment with its next enter, so they still hold there while Redis is
+ * away; a resume reaches it the same way. */
+static void test_redis_faults_settings_mirrored_for_an_outage(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  assert_int_equal(throttle_pause(a, "p"), 0);
+  assert_int_equal(throttle_set_max_parallel(a, "c", 2), 0);
+  throttle_ticket_t *t[3] = {NULL, NULL, NULL};
+  assert_int_equal(throttle_try_enter(b, "p", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  /* b's segment serves: paused, and a cap of 2 */
+  assert_int_equal(throttle_try_enter(b, "p", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[i],
+                                        NULL),
+                     0);
+  assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(b, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
+struct fork_hold {
+  throttle_t *h;
+  int fd;
+};
+
+static int hold_in_child(void *arg) {
+  struct fork_hold *fh = arg;
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(fh->h, "f", THROTTLE_CLASS_LIVE, 5000, &t) ==
+                 0);
+  th_send_u64(fh->fd, 1);
+  th_sleep_ms(4000);
+  TH_CHILD_CHECK(throttle_leave(fh->h, t, THROTTLE_OUTCOME_OK, 0) == 0);
+  execl("/bin/true", "true", (char *)NULL); /* what the parent held */
+  return 0;
+}
+
+/* A child forked from a process whose heartbeat runs inherits no thread:
+ * it starts a heartbeat of its own when it holds something, and its
+ * holding stays alive. */
+static void test_redis_faults_forked_child_keeps_its_holding_alive(
+    void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1); /* beats every 250 ms */
+  throttle_t *a = th_open(fx);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "g", THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct fork_hold fh = {a, fds[1]};
+  pid_t kid = th_spawn(fx, hold_in_child, &fh);
+  uint64_t v;
+  assert_int_equal(th_recv_u64(fds[0], &v), 0);
+  th_sleep_ms(3000); /* three liveness bounds */
+  throttle_t *b = other_host(fx);
+  assert_int_equal(th_field(b, "f", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(th_field(b, "f", THROTTLE_FIELD_RECLAIMS), 0);
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+/* Redis back after an outage while a host's segment still holds what it
+ * admitted meanwhile: the host's next caller goes to Redis and has those
+ * counted there as the host's, so another host is not admitted beside
+ * them; once the segment has drained, the count goes with the next look. */
+static void test_redis_faults_host_rejoins_while_segment_drains(void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1);
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *t[3] = {NULL, NULL, NULL};
+  assert_int_equal(throttle_set_max_parallel(a, "c", 2), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0); /* the cap mirrored in a's segment */
+  assert_int_equal(throttle_leave(a, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  for (int i = 0; i < 2; i++) /* a's segment admits */
+    assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[i],
+                                        NULL),
+                     0);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  assert_int_equal(throttle_set_max_parallel(b, "c", 2), 0);
+  th_sleep_ms(1200); /* past a's retry pause: Redis is asked again */
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), 2);
+    assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                        NULL),
+                     THROTTLE_EWOULDBLOCK);
+    /* no caller of a looks meanwhile: its heartbeat keeps them */
+    if (round == 0)
+      th_sleep_ms(3000); /* three liveness bounds */
+  }
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  /* drained: the heartbeat drops them, and b gets in */
+  th_wait_field(b, "c", THROTTLE_FIELD_IN_FLIGHT, 0, HANG_GUARD_MS);
+  assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[2], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   0);
+  assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_int_equal(throttle_leave(a, t[2], THROTTLE_OUTCOME_OK, 0), 0);
   throttle_close(b);
 }
 
@@ -580,17 +711,10 @@ static int wait_through_stall(void *p) {
 static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
-  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
-  throttle_ticket_t *t = NULL;
-  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
-  /* host b: its segment has k paused, so its fall-back waits too */
+  /* paused through Redis: b waits there, and its segment (which mirrors
+   * the pause) holds it too when it falls back */
+  assert_int_equal(throttle_pause(a, "k"), 0);
   const char *seg = th_extra_name(fx);
-  throttle_config_t *cfg = throttle_config_new();
-  assert_int_equal(throttle_config_set_segment(cfg, seg), 0);
-  throttle_t *plain = NULL;
-  assert_int_equal(throttle_open(cfg, &plain), 0);
-  throttle_config_free(cfg);
-  assert_int_equal(throttle_pause(plain, "k"), 0);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   struct stall_arg sa = {seg, fds[1]};
@@ -604,9 +728,11 @@ static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
   assert_int_equal(th_recv_u64(fds[0], &took), 0);
   th_reap_ok(fx, kid, HANG_GUARD_MS);
   th_reap(fx, cli_pid, HANG_GUARD_MS);
-  assert_true(took < 2000 + 300);
-  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
-  throttle_close(plain);
+  printf("enter(2000) through a 3 s stall returned after %llu ms\n",
+         (unsigned long long)took);
+  /* (today's figure is the timeout to the ms; before, 1.25 s of Redis
+   * and then the whole timeout again in the segment) */
+  assert_true(took < 2000 + 500);
   close(fds[0]);
   close(fds[1]);
 }
@@ -677,7 +803,15 @@ int main(int argc, char **argv) {
           test_redis_faults_restart_heartbeat_registers_holders_again, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
+          test_redis_faults_forked_child_keeps_its_holding_alive, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
           test_redis_faults_clear_on_one_host_not_healed_back, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_settings_mirrored_for_an_outage, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_host_rejoins_while_segment_drains, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),

@@ -38,12 +38,12 @@ fi
 tmp=$(mktemp -d)
 srv=""
 pids=""
-segA="tt-rf-a-$$"
-segB="tt-rf-b-$$"
+segA="tt-${TH_TEST_TAG:-}rf-a-$$"
+segB="tt-${TH_TEST_TAG:-}rf-b-$$"
 # The host an hour ahead has a segment of its own: faketime shifts every
 # clock of the processes it runs, CLOCK_BOOTTIME too, which no real host's
 # processes disagree on.
-segC="tt-rf-c-$$"
+segC="tt-${TH_TEST_TAG:-}rf-c-$$"
 cleanup() {
   for p in $pids; do kill "$p" 2>/dev/null; done
   mock_stop

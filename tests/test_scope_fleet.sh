@@ -29,7 +29,7 @@ command -v python3 >/dev/null 2>&1 || { echo "SKIP: needs python3"; exit 77; }
 
 L=3 R=1 TABLES=4 PROCS=16 JOBS=32
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/scope-fleet.XXXXXX")
-seg="/scope-fleet-$$"
+seg="/tt-${TH_TEST_TAG:-}scope-fleet-$$"
 HOSTS=${HOSTS:-1}
 srv=""
 cleanup() {

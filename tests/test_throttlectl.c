@@ -3,7 +3,7 @@
  * test_throttlectl.c — throttlectl as scripts use it: run the real binary
  * ($B/throttlectl, B defaulting to "build") in child processes and check
  * exit statuses, stdout and stderr.  Each test has its own segment
- * ("/thr-ctl-test-<pid>-<n>"), removed in its teardown.
+ * ("/tt-<tag>ctl-<pid>-<n>", th_test_tag()), removed in its teardown.
  *
  * JSON output is checked with python3's json module when python3 is there
  * (the test is skipped, not failed, without it).  The only timing checks are
@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "helpers.h"  /* th_test_tag() */
 #include "internal.h" /* the segment mutex, for the lock-timeout test */
 
 #define MAX_ARGS 40
@@ -248,8 +249,8 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 /* ---- fixtures --------------------------------------------------------- */
 
 struct seg {
-  char name[64];  /* "/thr-ctl-test-<pid>-<n>" */
-  char path[128]; /* "/dev/shm/thr-ctl-test-..." */
+  char name[64];  /* "/tt-<tag>ctl-<pid>-<n>" */
+  char path[128]; /* "/dev/shm/tt-<tag>ctl-..." */
   char dir[64];   /* scratch directory, removed with its files */
 };
 
@@ -292,8 +293,8 @@ static int setup(void **state) {
   struct seg *s = calloc(1, sizeof *s);
   if (s == NULL)
     return -1;
-  snprintf(s->name, sizeof s->name, "/thr-ctl-test-%ld-%d", (long)getpid(),
-           ++n);
+  snprintf(s->name, sizeof s->name, "/tt-%sctl-%ld-%d", th_test_tag(),
+           (long)getpid(), ++n);
   snprintf(s->path, sizeof s->path, "/dev/shm%s", s->name);
   snprintf(s->dir, sizeof s->dir, "/tmp/thr-ctl-test-XXXXXX");
   if (mkdtemp(s->dir) == NULL) {

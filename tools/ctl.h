@@ -211,6 +211,13 @@ void ctl_json_key(FILE *f, const char *key);
 void ctl_warn_clamped(const char *what, const char *given, const char *used);
 /* "live", "backfill". */
 const char *ctl_class_name(throttle_class_t cls);
+/* With a backend other than shm, one line: "backend URL: up; ..." or
+ * "backend URL: UNREACHABLE for 12s; this host's segment served N calls
+ * meanwhile ..." (throttle_backend_status(), after the calls made). */
+void ctl_backend_text(FILE *f, const throttle_t *h);
+/* `,"backend":"...","backend_up":B,"backend_down_ms":N,
+ * "backend_served_meanwhile":N` for a JSON object. */
+void ctl_backend_json(FILE *f, const throttle_t *h);
 /* The name of process pid on this host (/proc/PID/comm), made safe for a
  * terminal, into buf; "" when it cannot be read (gone, hidden, another
  * PID namespace's pid).  A pid reused since it was recorded names the
@@ -259,6 +266,9 @@ struct ctl_keys {
   const void *want_arg;
   uint32_t capacity, used;
   uint64_t evictions, repairs;
+  char backend[512]; /* throttle_backend() */
+  int backend_up;    /* throttle_backend_status() after the snapshot */
+  uint64_t backend_down_ms;
 };
 /* Take a fresh snapshot into k (its earlier keys are dropped): 0, or the
  * exit status after saying what failed. */

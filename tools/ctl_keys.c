@@ -344,6 +344,9 @@ int ctl_keys_take(struct ctx *c, struct ctl_keys *k) {
                           &k->repairs);
   if (rc == 0)
     rc = throttle_foreach(c->h, collect_fields, k);
+  snprintf(k->backend, sizeof k->backend, "%s", throttle_backend(c->h));
+  (void)throttle_backend_status(c->h, &k->backend_up, &k->backend_down_ms,
+                                NULL);
   if (rc > 0) {
     ctl_say("out of memory");
     return XIT_FAIL;
@@ -459,10 +462,7 @@ static int ls_text(struct ctx *c, const struct rows *rows,
     ctl_say("out of memory");
     return XIT_FAIL;
   }
-  if (strcmp(throttle_backend(c->h), "shm") != 0)
-    printf("backend %s: keys across hosts; this host's segment serves while "
-           "it is away\n",
-           throttle_backend(c->h));
+  ctl_backend_text(stdout, c->h);
   printf("segment %s%s: %u/%u keys, %llu evictions, %llu repairs\n",
          c->segname, c->readonly ? " (read-only)" : "", used, cap,
          (unsigned long long)evictions, (unsigned long long)repairs);
@@ -501,8 +501,7 @@ int ctl_cmd_ls(struct ctx *c) {
   }
   printf("{\"schema\":%d,\"segment\":", CTL_JSON_SCHEMA);
   ctl_json_string(stdout, c->segname);
-  fputs(",\"backend\":", stdout);
-  ctl_json_string(stdout, throttle_backend(c->h));
+  ctl_backend_json(stdout, c->h);
   printf(",\"readonly\":%s,\"capacity\":%u,\"used\":%u,\"evictions\":%llu,"
          "\"repairs\":%llu,\"keys\":[",
          c->readonly ? "true" : "false", cap, used,
@@ -630,6 +629,8 @@ int ctl_cmd_show(struct ctx *c) {
     if (rc == 0 && b.keys)
       printf("beneath: %lld keys, %lld in flight, %lld waiting\n",
              (long long)b.keys, (long long)b.flight, (long long)b.wait);
+    if (rc == 0)
+      ctl_backend_text(stdout, c->h);
   }
   rows_free(&rows);
   if (rc != 0) {

@@ -91,8 +91,11 @@ static void scope_of(const char *key, char *scope, size_t size) {
 }
 
 /* Labels for a key's samples: segment, key, scope (and extra). */
+/* pool: the key is a scope with keys beneath it in the snapshot, so its
+ * admissions are also those of its keys (pool="true": summing the rows
+ * without it counts each request once). */
 static void key_labels(FILE *f, const char *segment, const char *key,
-                       const char *extra) {
+                       bool pool, const char *extra) {
   char scope[KEY_MAX + 1];
   scope_of(key, scope, sizeof scope);
   fputs("{segment=\"", f);
@@ -101,10 +104,27 @@ static void key_labels(FILE *f, const char *segment, const char *key,
   label(f, "key", key);
   if (scope[0] != 0) /* none: no label (Prometheus reads "" as absent) */
     label(f, "scope", scope);
+  if (pool)
+    fputs(",pool=\"true\"", f);
   if (extra != NULL)
     fprintf(f, ",%s", extra);
   fputc('}', f);
 }
+
+/* Keys are in key order: the keys beneath k (k + "/...") follow it. */
+static bool is_pool(const struct ctl_keys *k, size_t j) {
+  size_t n = strlen(k->v[j].key);
+  for (size_t i = j + 1; i < k->n; i++) {
+    int c = strncmp(k->v[i].key, k->v[j].key, n);
+    if (c != 0)
+      return false;
+    if (k->v[i].key[n] == '/')
+      return true;
+    /* "ab" sorts between "a" and "a/x" only when '/' > 'b': keep going */
+  }
+  return false;
+}
+
 
 enum mtype { GAUGE, COUNTER };
 
@@ -168,6 +188,22 @@ static void value(FILE *f, int64_t v, double scale) {
     fprintf(f, " %lld\n", (long long)v);
   else
     fprintf(f, " %.3f\n", (double)v * scale);
+}
+
+/* Which build wrote the file, and whether it read the segment: a
+ * textfile that only says throttle_up 0 replaces figures that would
+ * otherwise look current. */
+static void write_status(FILE *f, const char *seg, int up) {
+  head(f, "throttle_build_info", GAUGE,
+       "Always 1; the versions of throttlectl and libthrottle as labels.");
+  fprintf(f, "throttle_build_info{throttlectl=\"%s\",libthrottle=\"%s\"} 1\n",
+          THROTTLE_VERSION_STRING, throttle_version_string());
+  head(f, "throttle_up", GAUGE,
+       "1 when the segment was read for this exposition, 0 when it could "
+       "not be (the figures are then absent, not stale).");
+  fputs("throttle_up{segment=\"", f);
+  label_value(f, seg);
+  fprintf(f, "\"} %d\n", up);
 }
 
 /* ---- per scope: what the keys beneath it do ----------------------------- */
@@ -258,6 +294,24 @@ static void write_scopes(FILE *f, const char *seg, const struct ctl_keys *k) {
 }
 
 static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
+  write_status(f, seg, 1);
+  if (strcmp(k->backend, "shm") != 0) {
+    head(f, "throttle_backend_up", GAUGE,
+         "1 when the backend answered, 0 while this host's segment serves "
+         "in its place.");
+    fputs("throttle_backend_up{segment=\"", f);
+    label_value(f, seg);
+    fputs("\",backend=\"", f);
+    label_value(f, k->backend);
+    fprintf(f, "\"} %d\n", k->backend_up);
+    head(f, "throttle_backend_down_seconds", GAUGE,
+         "Seconds since the backend was found unreachable (0 while up).");
+    fputs("throttle_backend_down_seconds{segment=\"", f);
+    label_value(f, seg);
+    fputs("\",backend=\"", f);
+    label_value(f, k->backend);
+    fprintf(f, "\"} %.3f\n", (double)k->backend_down_ms / 1000.0);
+  }
   head(f, "throttle_segment_keys", GAUGE, "Keys in the segment's table.");
   fputs("throttle_segment_keys{segment=\"", f);
   label_value(f, seg);
@@ -281,17 +335,18 @@ static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
     head(f, fam->name, fam->type, fam->help);
     for (size_t j = 0; j < k->n; j++) {
       const struct ctl_key *m = &k->v[j];
+      bool pool = is_pool(k, j);
       if (fam->field < 0) {
         fputs(fam->name, f);
-        key_labels(f, seg, m->key, "class=\"live\"");
+        key_labels(f, seg, m->key, pool, "class=\"live\"");
         value(f, m->f[THROTTLE_FIELD_WAITING_LIVE], 1);
         fputs(fam->name, f);
-        key_labels(f, seg, m->key, "class=\"backfill\"");
+        key_labels(f, seg, m->key, pool, "class=\"backfill\"");
         value(f, m->f[THROTTLE_FIELD_WAITING_BACKFILL], 1);
         continue;
       }
       fputs(fam->name, f);
-      key_labels(f, seg, m->key, NULL);
+      key_labels(f, seg, m->key, pool, NULL);
       value(f, m->f[fam->field], fam->scale);
     }
   }
@@ -301,7 +356,7 @@ static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
 /* FILE.tmp.XXXXXX beside FILE, then rename: a collector never reads half
  * a file. */
 static int write_atomically(const char *path, const char *seg,
-                            const struct ctl_keys *k) {
+                            const struct ctl_keys *k) /* NULL: not up */ {
   size_t n = strlen(path) + sizeof ".tmp.XXXXXX";
   char *tmp = malloc(n);
   if (tmp == NULL) {
@@ -325,7 +380,10 @@ static int write_atomically(const char *path, const char *seg,
     free(tmp);
     return XIT_FAIL;
   }
-  write_metrics(f, seg, k);
+  if (k != NULL)
+    write_metrics(f, seg, k);
+  else
+    write_status(f, seg, 0);
   int bad = fflush(f) != 0 || ferror(f) || fsync(fd) != 0;
   int e = errno;
   bad |= fclose(f) != 0;
@@ -341,15 +399,32 @@ static int write_atomically(const char *path, const char *seg,
   return bad ? XIT_FAIL : XIT_OK;
 }
 
+/* metrics opens the segment itself (OPEN_NONE in the table): with -o FILE,
+ * a segment that cannot be opened or read still rewrites FILE, with
+ * throttle_up 0 and no figures, so that a collector does not go on
+ * serving the last figures as current. */
 int ctl_cmd_metrics(struct ctx *c) {
+  const char *out = c->opt[OPT_OUTPUT];
+  bool file = out != NULL && strcmp(out, "-") != 0;
   struct ctl_keys k = {0};
-  int rc = ctl_keys_take(c, &k);
+  int rc = ctl_open_read(c);
+  if (rc == 0)
+    rc = ctl_keys_take(c, &k);
   if (rc != 0) {
     ctl_keys_free(&k);
+    if (file) {
+      char name[256];
+      snprintf(name, sizeof name, "%s",
+               c->h != NULL ? throttle_segment_name(c->h)
+               : c->segment != NULL ? c->segment
+               : getenv("THROTTLE_SEGMENT") != NULL ? getenv("THROTTLE_SEGMENT")
+                                                    : "default");
+      if (write_atomically(out, name, NULL) == XIT_OK)
+        ctl_say("%s: written with throttle_up 0", out);
+    }
     return rc;
   }
-  const char *out = c->opt[OPT_OUTPUT];
-  if (out != NULL && strcmp(out, "-") != 0)
+  if (file)
     rc = write_atomically(out, c->segname, &k);
   else
     write_metrics(stdout, c->segname, &k);

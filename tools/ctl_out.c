@@ -404,3 +404,36 @@ const char *ctl_comm(int64_t pid, char *buf, size_t len) {
   raw[strcspn(raw, "\n")] = 0;
   return ctl_key_text(raw, buf, len);
 }
+
+/* ---- the backend ------------------------------------------------------ */
+
+void ctl_backend_text(FILE *f, const throttle_t *h) {
+  if (strcmp(throttle_backend(h), "shm") == 0)
+    return;
+  int up = 1;
+  uint64_t down_ms = 0, served = 0;
+  (void)throttle_backend_status(h, &up, &down_ms, &served);
+  if (up) {
+    fprintf(f, "backend %s: up; keys across hosts (this host's segment "
+               "serves while it is away)\n",
+            throttle_backend(h));
+    return;
+  }
+  char t[32];
+  fprintf(f, "backend %s: UNREACHABLE for %s; this host's segment served "
+             "%llu call%s meanwhile, for this host only\n",
+          throttle_backend(h), ctl_human_ms((int64_t)down_ms, false, t, sizeof t),
+          (unsigned long long)served, served == 1 ? "" : "s");
+}
+
+void ctl_backend_json(FILE *f, const throttle_t *h) {
+  int up = 1;
+  uint64_t down_ms = 0, served = 0;
+  (void)throttle_backend_status(h, &up, &down_ms, &served);
+  fputs(",\"backend\":", f);
+  ctl_json_string(f, throttle_backend(h));
+  fprintf(f, ",\"backend_up\":%s,\"backend_down_ms\":%llu,"
+             "\"backend_served_meanwhile\":%llu",
+          up ? "true" : "false", (unsigned long long)down_ms,
+          (unsigned long long)served);
+}

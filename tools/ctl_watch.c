@@ -192,6 +192,15 @@ static void header(FILE *o, const struct ctx *c, const struct frame *fr,
   fprintf(o, "%s segment %s%s: %u/%u keys, every %s%s%s", when, c->segname,
           c->readonly ? " (read-only)" : "", fr->k.used, fr->k.capacity, every,
           c->nargs > 0 ? ", filtered" : "", tty ? "; q quits" : "");
+  if (strcmp(fr->k.backend, "shm") != 0) {
+    char down[32];
+    if (fr->k.backend_up)
+      fprintf(o, "; backend %s up", fr->k.backend);
+    else
+      fprintf(o, "; backend %s UNREACHABLE for %s", fr->k.backend,
+              ctl_human_ms((int64_t)fr->k.backend_down_ms, false, down,
+                           sizeof down));
+  }
 }
 
 /* One frame.  prev may be empty (first frame). */

@@ -23,6 +23,9 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
 case "$B" in /*) ;; *) B="$top/$B" ;; esac
+# THROTTLECTL=/usr/bin/throttlectl: the demo against an installed one (the
+# Debian packages in CI).
+ctl=${THROTTLECTL:-$B/throttlectl}
 PROCS=8
 PER_PROC=3
 SERVICE_MS=200
@@ -35,7 +38,7 @@ FILES=$((PROCS * PER_PROC))
 client=${DEMO_CLIENT:-}
 if [ -z "$client" ]; then
   client=throttlectl
-  if ! "$B/throttlectl" http --help >/dev/null 2>&1; then
+  if ! "$ctl" http --help >/dev/null 2>&1; then
     echo "note: this build's throttlectl has no 'http' command yet;" \
          "using build/examples/loader instead" >&2
     client=loader
@@ -43,8 +46,8 @@ if [ -z "$client" ]; then
 fi
 case "$client" in
   throttlectl)
-    "$B/throttlectl" http --help >/dev/null 2>&1 || {
-      echo "demo: $B/throttlectl http is not available (run make)" >&2; exit 1; } ;;
+    "$ctl" http --help >/dev/null 2>&1 || {
+      echo "demo: $ctl http is not available (run make)" >&2; exit 1; } ;;
   loader)
     [ -x "$B/examples/loader" ] || {
       echo "demo: $B/examples/loader is missing (run make examples)" >&2; exit 1; } ;;
@@ -65,7 +68,7 @@ cleanup() {
     kill "$srv" 2>/dev/null
     wait "$srv" 2>/dev/null
   fi
-  "$B/throttlectl" --segment "$seg" rm >/dev/null 2>&1
+  "$ctl" --segment "$seg" rm >/dev/null 2>&1
   rm -f "/dev/shm$seg"
   rm -rf "$tmp"
 }
@@ -133,7 +136,7 @@ ctl_worker() { # index
   trap '[ -n "$cur" ] && kill "$cur" 2>/dev/null; exit 143' TERM
   rc=0
   for f in $(files_of "$1"); do
-    "$B/throttlectl" http "$KEY" -X POST --data-binary "@$f" -o /dev/null \
+    "$ctl" http "$KEY" -X POST --data-binary "@$f" -o /dev/null \
       "$URL/v1/tables/$TABLE/load" &
     cur=$!
     if wait "$cur"; then echo "$f: ok"; else rc=$?; echo "$f: exit $rc"; fi
@@ -172,7 +175,7 @@ leg() { # name worker-function
 
 leg naive naive_worker
 export THROTTLE_SEGMENT="$seg"
-"$B/throttlectl" rm >/dev/null 2>&1 # a fresh segment
+"$ctl" rm >/dev/null 2>&1 # a fresh segment
 case "$client" in
   throttlectl) leg libthrottle ctl_worker ;;
   loader) leg libthrottle loader_worker ;;

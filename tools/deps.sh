@@ -18,6 +18,10 @@ for p in libcmocka-dev libcurl4-openssl-dev libjansson-dev zlib1g-dev python3 py
   have_pkg "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0
+if [ "${DEPS_MODE:-install}" = check ]; then
+  echo "deps: missing:$need (not installed: DEPS=check)" >&2
+  exit 1
+fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "deps: missing:$need (install them with your package manager)" >&2
   exit 1

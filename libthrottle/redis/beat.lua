@@ -5,8 +5,14 @@
 -- than the admission, or gone) and is registered again, counted as held
 -- beside whoever came meanwhile, with its places in the pools above; 0
 -- when the admission was taken back (lapsed or reclaimed): it is never
--- re-acquired then.
+-- re-acquired then.  Fence '-r': a host's reservations kept (see below).
 local id = ARGV[5]
+if id == '-r' then
+  -- ARGV 6..9: the reservations of a host's segment (common.lua reserve)
+  reserve(tonumber(ARGV[6] or ''), ARGV[7], tonumber(ARGV[8] or ''), ARGV[9])
+  store()
+  return 1
+end
 local v = hget(id)
 if not v then
   local fid = tonumber(id) or 0
@@ -33,12 +39,20 @@ end
 local w = words(v)
 w[5] = fmt(now + tonumber(w[8]))
 redis.call('HSET', K, 'h:' .. id, table.concat(w, ' '))
--- its places in the scopes above (a probe's, a pool's)
+-- its places in the scopes above (a probe's, a pool's); a capped pool it
+-- has no place in (made a pool, or its cap set, while this admission was
+-- in flight) gets one now: a new cap counts what is in flight beneath it
+-- (scope.c throttle__scope_pool_set_locked), here within one heartbeat
 for _, sc in ipairs(SC) do
   local f = 'h:' .. place_of(id)
   local pv = redis.call('HGET', sc.k, f)
   if pv then
     local pw = words(pv)
+    pw[5] = w[5]
+    redis.call('HSET', sc.k, f, table.concat(pw, ' '))
+  elseif sg(sc, 'fixed_cap') ~= 0 then
+    local pw = words(v)
+    pw[2] = '0' -- a place, not the scope's probe
     pw[5] = w[5]
     redis.call('HSET', sc.k, f, table.concat(pw, ' '))
   end

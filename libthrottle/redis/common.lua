@@ -26,23 +26,35 @@ end
 -- all) is known to be one Redis lost (beat.lua).
 local K_NEW = next(s) == nil
 local function g(f) return tonumber(s[f] or '0') or 0 end
+-- The holder list, made once a run: a write of a holder field drops it.
+local HL = nil
+local function is_h(f) return string.byte(f, 1) == 104 and string.byte(f, 2) == 58 end
+-- A field written back by store(); one that keeps its value is not (each
+-- field Redis writes costs as much as a few Lua lines).
 local function p(f, v)
   local str = type(v) == 'number' and string.format('%.0f', v) or v
+  if s[f] == str and not gone[f] then return end
+  if HL and is_h(f) then HL = nil end
   s[f] = str
   dirty[f] = true
   gone[f] = nil
 end
-local function del(f) s[f] = nil; dirty[f] = nil; gone[f] = true end
+local function del(f)
+  if HL and is_h(f) then HL = nil end
+  s[f] = nil; dirty[f] = nil; gone[f] = true
+end
 local function inc(f) p(f, g(f) + 1) end
 local function fmt(v) return string.format('%.0f', v) end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
 local function holders()
+  if HL then return HL end
   local out = {}
   for f, v in pairs(s) do
-    if string.sub(f, 1, 2) == 'h:' then out[#out + 1] = {string.sub(f, 3), v} end
+    if is_h(f) then out[#out + 1] = {string.sub(f, 3), v} end
   end
+  HL = out
   return out
 end
 
@@ -141,6 +153,34 @@ local function wscore(cls, id)
   return id
 end
 
+-- The callers of the key a host's segment still holds or queues (rsv,
+-- admitted there while Redis was away; rname: that segment's name), kept
+-- as that many holders h:r:RNAME:I of the host, which lapse with the
+-- liveness unless a look (enter.lua) or the heartbeat (beat.lua) of the
+-- host keeps them; 0 drops them.
+local function reserve(rsv, rname, live, host)
+  if not (rsv and rname and live) then return end
+  local pre = 'r:' .. rname .. ':'
+  local n = 0
+  for _, hv in ipairs(holders()) do
+    if string.sub(hv[1], 1, #pre) == pre then
+      local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
+      if i > n then n = i end
+    end
+  end
+  if rsv > SLOTS then rsv = SLOTS end
+  for i = 1, math.max(n, rsv) do
+    local f = 'h:' .. pre .. i
+    if i <= rsv then
+      local old = s[f] and words(s[f])
+      p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
+        fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
+    elseif s[f] then
+      del(f)
+    end
+  end
+end
+
 -- ---- scopes (libthrottle/scope.c) -----------------------------------------
 -- A key's scopes are its prefixes at '/' (not a leading one), root first;
 -- each is an ordinary key's state hash (its not-before, pause, cancel
@@ -149,8 +189,9 @@ end
 -- (the waiters and watchers of the keys below it, when it is itself a
 -- scope); then two per scope: its state hash and its beneath hash.  A
 -- beneath entry: field = the list its waiter or watcher sleeps on, value =
--- class ('w' for a watcher), arrival id, live_until, eligible (1: only a
--- scope or a pool held it at its last look, its own key would let it go),
+-- class ('w' for a watcher), arrival id, live_until, eligible (1: at its
+-- last look its own key and every scope deeper than this one would let it
+-- go, so this scope's pool's turn is its to take: hold_depth),
 -- the scope's cancel generation at its arrival.  A holder's place in a
 -- scope (its probe, or its place in a pool) is a holder field of the
 -- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
@@ -174,7 +215,9 @@ do
 end
 local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
 local function sp(sc, f, v)
-  sc.s[f] = type(v) == 'number' and fmt(v) or v
+  local str = type(v) == 'number' and fmt(v) or v
+  if sc.s[f] == str and not sc.gone[f] then return end
+  sc.s[f] = str
   sc.dirty[f] = true
   sc.gone[f] = nil
 end
@@ -283,35 +326,65 @@ local function someone_ahead(sc, cls, id)
   return false
 end
 
+-- Is the pool sc full for a waiter of class cls (scope.c pool_full): its
+-- rate spent (and when time alone may allow it), its cap reached, or
+-- backfill at its share?
+local function pool_full(sc, cls)
+  local rn = sg(sc, 'rate_n')
+  if rn > 0 then
+    local T = math.floor(sg(sc, 'rate_period') / rn)
+    local tat = sg(sc, 'rate_tat')
+    if tat - T * (rn - 1) > now then return true, tat - T * (rn - 1) end
+  end
+  local cap = sg(sc, 'fixed_cap')
+  if cap > SLOTS then cap = SLOTS end
+  if cap > 0 then
+    local n, bf = sc_places(sc)
+    if n >= cap then return true end
+    if cls == '1' then
+      local share = 1000
+      if sg(sc, 'share_set') == 1 then share = math.min(sg(sc, 'share'), 1000) end
+      local bf_cap = 0
+      if share > 0 then bf_cap = math.max(1, math.floor(cap * share / 1000)) end
+      if bf >= bf_cap then return true end
+    end
+  end
+  return false
+end
+
 -- May a waiter (class cls, arrival id) take a place in every pool above
 -- the key now (scope.c throttle__scope_pool_allows_locked)?  false and,
 -- when a rate is what holds it, when time alone may allow it.
 local function pool_allows(cls, id)
   for _, sc in ipairs(SC) do
     if is_pool(sc) then
-      local rn = sg(sc, 'rate_n')
-      if rn > 0 then
-        local T = math.floor(sg(sc, 'rate_period') / rn)
-        local tat = sg(sc, 'rate_tat')
-        if tat - T * (rn - 1) > now then return false, tat - T * (rn - 1) end
-      end
-      local cap = sg(sc, 'fixed_cap')
-      if cap > SLOTS then cap = SLOTS end
-      if cap > 0 then
-        local n, bf = sc_places(sc)
-        if n >= cap then return false end
-        if cls == '1' then
-          local share = 1000
-          if sg(sc, 'share_set') == 1 then share = math.min(sg(sc, 'share'), 1000) end
-          local bf_cap = 0
-          if share > 0 then bf_cap = math.max(1, math.floor(cap * share / 1000)) end
-          if bf >= bf_cap then return false end
-        end
-      end
+      local full, ready = pool_full(sc, cls)
+      if full then return false, ready end
       if someone_ahead(sc, cls, id) then return false end
     end
   end
   return true
+end
+
+-- The deepest scope (its index in SC, root 1) that holds a waiter of
+-- class cls by itself (scope.c could_go): a pause, a not-before, a probe
+-- out (a cold scope's first request within its hold), a pool that is full
+-- (cap, backfill share, rate); 0 when none.  A waiter held by a scope
+-- deeper than a pool does not hold that pool's turn (scope.c someone_ahead).
+local function hold_depth(cls)
+  for i = #SC, 1, -1 do
+    local sc = SC[i]
+    if sg(sc, 'paused') == 1 or sc_nb(sc) > now then return i end
+    if sg(sc, 'episode') == 1 then
+      local pv = (sc.s['probe'] or '0') ~= '0' and sc.s['h:' .. sc.s['probe']]
+      if pv and (sg(sc, 'answered') == 1 or
+                 (tonumber(words(pv)[4]) or 0) + COLD_HOLD > now) then
+        return i
+      end
+    end
+    if is_pool(sc) and pool_full(sc, cls) then return i end
+  end
+  return 0
 end
 
 -- id was just granted with holder value v: it takes its place in every
@@ -403,25 +476,33 @@ end
 -- Waiters and watchers of this key in the beneath hash of every scope:
 -- registered (or refreshed, keeping the cancel generation of their
 -- arrival), marked, dropped, or canceled by a scope since they came.
-local function beneath_add(id, cls, live_until, elig)
-  for _, sc in ipairs(SC) do
+-- Eligible at the scope of index i (its pool's turn is the waiter's to
+-- take): held by nothing deeper than that scope (depth, hold_depth()), its
+-- own key letting it go (depth nil: held by its key, eligible nowhere).
+local function elig_at(i, depth)
+  return (depth ~= nil and depth <= i) and '1' or '0'
+end
+local function beneath_add(id, cls, live_until, depth)
+  for i, sc in ipairs(SC) do
     local f = QP .. id
     local old = redis.call('HGET', sc.b, f)
     local cg = old and words(old)[5] or fmt(sg(sc, 'cancel_gen'))
-    redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until), elig, cg}, ' '))
+    redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until),
+      elig_at(i, depth), cg}, ' '))
     sc.touch_b = true
   end
 end
 local function beneath_del(id)
   for _, sc in ipairs(SC) do redis.call('HDEL', sc.b, QP .. id) end
 end
-local function beneath_elig(id, elig)
-  for _, sc in ipairs(SC) do
+local function beneath_elig(id, depth)
+  for i, sc in ipairs(SC) do
     local old = redis.call('HGET', sc.b, QP .. id)
     if old then
       local w = words(old)
-      if w[4] ~= elig then
-        w[4] = elig
+      local e = elig_at(i, depth)
+      if w[4] ~= e then
+        w[4] = e
         redis.call('HSET', sc.b, QP .. id, table.concat(w, ' '))
       end
     end
@@ -469,7 +550,7 @@ local function scope_store()
       sp(sc, 'exp', now + TTL + (last - now))
       local args = {}
       for f, _ in pairs(sc.dirty) do args[#args + 1] = f; args[#args + 1] = sc.s[f] end
-      redis.call('HSET', sc.k, unpack(args))
+      if #args > 0 then redis.call('HSET', sc.k, unpack(args)) end
       local dels = {}
       for f, _ in pairs(sc.gone) do dels[#dels + 1] = f end
       if #dels > 0 then redis.call('HDEL', sc.k, unpack(dels)) end
@@ -553,7 +634,7 @@ local function grant(self)
     local pok, pnext = pool_allows(w[1], id)
     if not pok then
       scope_held = true
-      beneath_elig(id, '1')
+      beneath_elig(id, hold_depth(w[1]))
       return pnext
     end
     local rn = g('rate_n')
@@ -610,7 +691,7 @@ local function store()
   if K_NEW then p('born', now_us) end
   local args = {}
   for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
-  redis.call('HSET', K, unpack(args))
+  if #args > 0 then redis.call('HSET', K, unpack(args)) end
   local dels = {}
   for f, _ in pairs(gone) do dels[#dels + 1] = f end
   if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
@@ -776,6 +857,8 @@ if PK ~= nil and PK ~= K and next(s) == nil then
     s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
     local L = learned()
     L.learned = now > 0 and now or 1
+    -- read for learned() only: the hash has none of them yet
+    s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
     store_learned(L)
   end
 end

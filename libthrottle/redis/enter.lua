@@ -6,11 +6,23 @@
 -- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
 -- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
 -- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
--- and not waiting (nowait, or the not-before lies past the deadline).
+-- and not waiting (nowait, or the not-before lies past the deadline);
+-- then the key's own settings (mirrored in the host's segment):
+-- 'fixed_cap auto_max paused rate_n rate_period share_set share'.
+-- ARGV 16, 17: how many callers of the key the caller's host's segment
+-- still holds or queues (admitted there while Redis was away), and that
+-- segment's name: kept as that many reservations, holders h:r:NAME:I of
+-- the host that lapse with the liveness unless its next look keeps them,
+-- so that the host rejoins while its segment drains and every host
+-- counts what it admitted.
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
+local function settings()
+  return table.concat({fmt(g('fixed_cap')), fmt(g('auto_max')), fmt(g('paused')),
+    fmt(g('rate_n')), fmt(g('rate_period')), fmt(g('share_set')), fmt(g('share'))}, ' ')
+end
 -- 1 when admission id is the probe of its key's episode or of a scope's
 -- (gate.c: throttle_ticket_is_probe())
 local function probe_of(id)
@@ -21,6 +33,7 @@ local function probe_of(id)
   return 0
 end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
+reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
   wid = fence()
@@ -28,7 +41,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   grant(wid)
   if not pending then
     store()
-    return {0, wid, probe_of(wid), 0}
+    return {0, wid, probe_of(wid), 0, settings()}
   end
   pending = nil
 end
@@ -42,9 +55,9 @@ else
   if not v then
     store()
     if hget(wid) then
-      return {0, wid, probe_of(wid), 0}
+      return {0, wid, probe_of(wid), 0, settings()}
     end
-    return {3, wid, 0, 0}
+    return {3, wid, 0, 0, settings()}
   end
   if words(v)[7] == 'c' or scope_canceled(wid) then
     redis.call('HDEL', WI, wid)
@@ -52,14 +65,14 @@ else
     beneath_del(wid)
     inc('canceled')
     store()
-    return {2, wid, 0, 0}
+    return {2, wid, 0, 0, settings()}
   end
 end
 redis.call('HSET', WI, wid, table.concat(rec, ' '))
 local nxt = grant(wid)
 if hget(wid) then
   store()
-  return {0, wid, probe_of(wid), 0}
+  return {0, wid, probe_of(wid), 0, settings()}
 end
 local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
@@ -71,8 +84,8 @@ if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   grant(nil)
   store()
   if nb > now then hint = nb - now else hint = 0 end
-  return {4, wid, 0, hint}
+  return {4, wid, 0, hint, settings()}
 end
-beneath_add(wid, cls, now + live, scope_held and '1' or '0')
+beneath_add(wid, cls, now + live, scope_held and hold_depth(cls) or nil)
 store()
-return {1, wid, 0, hint}
+return {1, wid, 0, hint, settings()}

@@ -61,10 +61,13 @@ if publish_it then
     -- what another host's segment knew: only a not-before Redis lost
     -- (later than its own by more than a round trip), counted nowhere,
     -- and never one published before the key's last clear or reset
-    -- (ARGV 11: how long ago it was published, by that host's clock)
+    -- (ARGV 11: how long ago the host's copy was written, by its clock;
+    -- it was written after Redis had the back-off, so that time is late
+    -- by a round trip or a scheduling delay: a second of slack, as for
+    -- the not-before above)
     if ms > MAXD then ms = MAXD end
     local age = tonumber(ARGV[11] or '') or 0
-    if g('cleared') > 0 and now - age <= g('cleared') then
+    if g('cleared') > 0 and now - age <= g('cleared') + 1000 then
       return {3}
     end
     if now + ms > clamp_nb() + 1000 then p('nb', now + ms); p('episode', 1) end

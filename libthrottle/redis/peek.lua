@@ -27,7 +27,7 @@ if wid ~= '-' then
   else
     if wid == '0' then wid = fence() end
     redis.call('ZADD', X, fmt(now + live), wid)
-    beneath_add(wid, 'w', now + live, '0')
+    beneath_add(wid, 'w', now + live, nil)
     touched[X] = true
   end
 end

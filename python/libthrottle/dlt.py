@@ -133,12 +133,13 @@ def write_batch_retrying(items, table_name, api_url, retries=10,
 
 
 def destination(api_url=None, klass="live", retries=0, timeout=300.0,
-                batch_size=500, name="hotdata", throttle=None):
+                batch_size=500, name="throttled", throttle=None):
     """A dlt destination writing each batch (batch_size items of one
     table) with write_batch (retries=0) or write_batch_retrying.
     api_url: the API's base URL; None takes destination.NAME.api_url from
-    dlt's configuration (config.toml, DESTINATION__NAME__API_URL), then
-    HOTDATA_URL.  klass: "live" or "backfill"; timeout: seconds a batch
+    dlt's configuration (config.toml, DESTINATION__THROTTLED__API_URL for
+    the default name; not "hotdata", which hotdata-dlt-destination's
+    configuration uses), then HOTDATA_URL.  klass: "live" or "backfill"; timeout: seconds a batch
     may wait and be sent; throttle: a Throttle (default: the process's)."""
     if klass not in ("live", "backfill"):
         raise ValueError("klass must be live or backfill: %r" % (klass,))

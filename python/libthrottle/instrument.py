@@ -30,15 +30,19 @@ default POST); KEY a template of the path's {names}, {host}, {port} and
 {header:NAME} (a request header; a request without it is not matched).
 OPTIONS: retry (default) | surface, class=live|backfill, cap=N|auto (the
 key's concurrency cap, set on the key's first use in each process: auto
-learns it from the server's lock answers), retries=N (re-sends, default
-10), timeout=S (seconds for the whole call, waiting included; default 300),
-host=HOST[:PORT] (only this host).
+learns it from the server's lock answers), pool=N (a cap on the scope
+just above the key, shared by every key beneath it; 0: none), retries=N (re-sends,
+default 10), timeout=S (seconds for the whole call, waiting included;
+default 300), host=HOST[:PORT] (only this host).
 Presets: "hotdata" — the Hotdata API's table loads,
 POST /v1/connections/{connection}/schemas/{schema}/tables/{table}/loads
-under hotdata:{header:X-Workspace-Id}/{table}, retry, cap=1 (the API
-serialises one table's writes; "hotdata cap=auto" learns the cap from its
-lock answers instead, at the cost of one refusal and one Retry-After the
-first time).  Its 429s and 503s hold the whole workspace (the key's scope,
+under hotdata:{header:X-Workspace-Id}/{connection}/{table}, retry, cap=1,
+pool=1: one load at a time per table, and per database (the connection
+is the database's), whose loads the API locks together.  "hotdata
+pool=0" keeps the tables of a database apart; "hotdata cap=auto pool=0"
+learns each table's cap from its lock answers instead, at the cost of one
+refusal and one Retry-After the first time.  Its
+429s and 503s hold the whole workspace (the key's root scope,
 hotdata:WORKSPACE).
 
 Bodies: bytes, str and memoryview are sent again as they were; a file
@@ -64,6 +68,7 @@ import threading
 import types
 
 from ._base import _key
+from ._errors import Error, GaveUp
 from ._http import default_throttle, run
 from ._throttle import Throttle
 
@@ -80,8 +85,8 @@ PRESETS = {
     "hotdata": ("POST",
                 "/v1/connections/{connection}/schemas/{schema}/tables/"
                 "{table}/loads",
-                "hotdata:{header:X-Workspace-Id}/{table}",
-                {"cap": 1}),
+                "hotdata:{header:X-Workspace-Id}/{connection}/{table}",
+                {"cap": 1, "pool": 1}),
 }
 
 _SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -93,8 +98,8 @@ class Rule:
     documentation for the fields)."""
 
     def __init__(self, path, key, method="POST", *, retry=True,
-                 klass="live", cap=None, retries=10, timeout=300.0,
-                 host=None, locked_codes=None):
+                 klass="live", cap=None, pool=None, retries=10,
+                 timeout=300.0, host=None, locked_codes=None):
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError("path must be a str starting with '/': %r"
                              % (path,))
@@ -106,20 +111,31 @@ class Rule:
                 (isinstance(cap, bool) or not isinstance(cap, int) or
                  not 1 <= cap <= 32):
             raise ValueError("cap must be 1 to 32 or 'auto': %r" % (cap,))
+        if pool is not None and (isinstance(pool, bool) or
+                                 not isinstance(pool, int) or
+                                 not 1 <= pool <= 32):
+            raise ValueError("pool must be 1 to 32: %r" % (pool,))
+        if pool is not None and "/" not in key:
+            raise ValueError("pool needs a key with a scope above it "
+                             "(a '/' in %r)" % (key,))
+        self.pool = pool
         self.path, self.key, self.method = path, key, method.upper()
         self.retry, self.klass, self.cap = bool(retry), klass, cap
         self.retries, self.timeout = int(retries), timeout
         self.host = host.lower() if host else None
         self.locked_codes = locked_codes
-        names = []
-
-        def seg(m):
-            names.append(m.group(1))
-            return "(?P<%s>[^/]+)" % m.group(1)
+        if isinstance(self.retries, bool) or self.retries < 0:
+            raise ValueError("retries must be an int >= 0: %r" % (retries,))
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be > 0 seconds: %r" % (timeout,))
+        # odd items are the {names}: each matches one path segment
         parts = _SEGMENT.split(path)
-        rx = "".join(re.escape(p) if i % 2 == 0 else seg(_Match(p))
-                     for i, p in enumerate(parts))
-        self._rx = re.compile(rx + "/?$")
+        names = parts[1::2]
+        if len(set(names)) != len(names):
+            raise ValueError("path %r names a segment twice" % (path,))
+        self._rx = re.compile("".join(
+            re.escape(p) if i % 2 == 0 else "(?P<%s>[^/]+)" % p
+            for i, p in enumerate(parts)) + "/?$")
         for f in _FIELD.findall(key):
             if f not in names and f not in ("host", "port") and \
                     not f.startswith("header:"):
@@ -154,6 +170,8 @@ class Rule:
                 opts["klass"] = value
             elif eq and name == "cap":
                 opts["cap"] = value if value == "auto" else int(value)
+            elif eq and name == "pool":
+                opts["pool"] = int(value) or None  # 0: no pool
             elif eq and name == "retries":
                 opts["retries"] = int(value)
             elif eq and name == "timeout":
@@ -188,25 +206,17 @@ class Rule:
             return v
         try:
             key = _FIELD.sub(lambda mm: field(mm.group(1)), self.key)
-        except LookupError:
+            ok = 1 <= len(_key(key)) <= 255
+        except (LookupError, Error):  # a part missing, or not a key
             return None
-        return key if 1 <= len(_key(key)) <= 255 else None
+        return key if ok else None
 
     def __repr__(self):
-        return "Rule(%s %s -> %s, %s, class=%s%s)" % (
+        return "Rule(%s %s -> %s, %s, class=%s%s%s)" % (
             self.method, self.path, self.key,
             "retry" if self.retry else "surface", self.klass,
-            ", cap=%s" % self.cap if self.cap is not None else "")
-
-
-class _Match:
-    """re.sub's match, for a name split out of the path already."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def group(self, _i):
-        return self._name
+            ", cap=%s" % self.cap if self.cap is not None else "",
+            ", pool=%s" % self.pool if self.pool is not None else "")
 
 
 def _header(headers, name):
@@ -237,26 +247,34 @@ _inside = threading.local()
 
 def instrument(rules, throttle=None):
     """Route the matching requests of urllib3 (requests, the hotdata SDK,
-    ...) through the gate, in this process, from now on.  rules: Rule
+    ...) and of httpx's synchronous transport through the gate, in this
+    process, from now on.  rules: Rule
     objects, rule strings or preset names (see the module); throttle: a
     Throttle (default: the process's shared one, opened on first use).
     Calling it again replaces the rules.  Returns a dict of counters
     (admitted, resent, passed_once, not_admitted) that grows as requests
-    go through, new with each call.  Raises ImportError when urllib3 is not installed."""
+    go through, new with each call.  Raises ImportError when neither
+    urllib3 nor httpx is installed."""
     rules = parse_rules(rules)
     if throttle is not None and not isinstance(throttle, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
-    import urllib3.connectionpool as cp
+    try:
+        import urllib3.connectionpool as cp
+    except ImportError:
+        cp = None
     try:
         import httpx
     except ImportError:
         httpx = None
+    if cp is None and httpx is None:
+        raise ImportError("libthrottle.instrument: neither urllib3 nor httpx "
+                          "is installed: nothing to instrument")
     with _lock:
         _state["rules"], _state["throttle"] = rules, throttle
         _state["caps"] = set()
         _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
                                not_admitted=0)
-        if _state["orig"] is None:
+        if cp is not None and _state["orig"] is None:
             orig = cp.HTTPConnectionPool.urlopen
             _state["orig"] = orig
             _state["sig"] = inspect.signature(orig)
@@ -269,9 +287,9 @@ def instrument(rules, throttle=None):
 
 def uninstrument():
     """Put urllib3 (and httpx) back as they were."""
-    import urllib3.connectionpool as cp
     with _lock:
         if _state["orig"] is not None:
+            import urllib3.connectionpool as cp
             cp.HTTPConnectionPool.urlopen = _state["orig"]
             _state["orig"] = None
         if _state.get("httpx") is not None:
@@ -380,11 +398,14 @@ def _through_gate(rule, key, attempt, replayable, rewind, discard):
     a transient answer nobody will see."""
     t = _state["throttle"] or default_throttle()
     stats = _state["stats"]
-    if rule.cap is not None and key not in _state["caps"]:
+    if key not in _state["caps"]:
         _state["caps"].add(key)
-        try:
-            t.set_max_parallel(key, rule.cap)
-        except Exception:  # fail open: the gate still admits, uncapped
+        try:  # fail open: the gate still admits, uncapped
+            if rule.cap is not None:
+                t.set_max_parallel(key, rule.cap)
+            if rule.pool is not None:
+                t.set_max_parallel(key.rsplit("/", 1)[0], rule.pool)
+        except Exception:
             pass
     retries = rule.retries if rule.retry and replayable else 0
     if not replayable:
@@ -401,7 +422,6 @@ def _through_gate(rule, key, attempt, replayable, rewind, discard):
         last["resp"], status, headers, body = attempt()
         return status, headers, body
 
-    from ._errors import GaveUp
     try:
         _, _, _, _, attempts = run(key, send, t, retries, rule.timeout,
                                    rule.klass, rule.locked_codes,

@@ -53,6 +53,11 @@ def main(argv=None):
     except ValueError as e:
         sys.stderr.write("python -m libthrottle.run: %s\n" % e)
         return 64
+    if not os.path.exists(os.path.join(BOOT, "sitecustomize.py")):
+        sys.stderr.write("python -m libthrottle.run: %s/sitecustomize.py is "
+                         "missing (an incomplete install): the command "
+                         "would run uninstrumented\n" % BOOT)
+        return 70
     env = dict(os.environ)
     env["LIBTHROTTLE_RULES"] = "\n".join(args.rule)
     path = [BOOT, PACKAGE_PARENT] + [p for p in env.get(

@@ -127,7 +127,8 @@ def field(t, key, name):
 def segment(monkeypatch):
     """A segment of the test's own, named in THROTTLE_SEGMENT for the
     test's children, removed afterwards."""
-    name = "/tt-py-%d-%d" % (os.getpid(), next(_names))
+    name = "/tt-%spy-%d-%d" % (os.environ.get("TH_TEST_TAG", ""),
+                                os.getpid(), next(_names))
     monkeypatch.setenv("THROTTLE_SEGMENT", name)
     yield name
     try:

@@ -13,7 +13,6 @@
 Run by tests/test_dlt.sh with the dlt venv; skipped where dlt is not
 installed."""
 
-import os
 import subprocess
 import sys
 
@@ -22,7 +21,6 @@ import pytest
 pytest.importorskip("dlt", reason="dlt is not installed here "
                     "(tests/test_dlt.sh runs this in its venv)")
 
-import dlt  # noqa: E402
 from dlt.common.destination.exceptions import (  # noqa: E402
     DestinationTerminalException, DestinationTransientException)
 
@@ -34,8 +32,9 @@ ROWS = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
 PIPELINE = r"""
 import os, sys, dlt, libthrottle.dlt as ld
 url, table, name, n, d = sys.argv[1:6]
-p = dlt.pipeline(name, destination=ld.destination(api_url=url, batch_size=5),
-                 pipelines_dir=os.path.join(d, "p"))
+# "-": the URL from dlt's configuration (DESTINATION__THROTTLED__API_URL)
+dest = ld.destination(api_url=None if url == "-" else url, batch_size=5)
+p = dlt.pipeline(name, destination=dest, pipelines_dir=os.path.join(d, "p"))
 info = p.run([{"id": i, "who": name} for i in range(int(n))],
              table_name=table)
 jobs = [j for pkg in info.load_packages for j in pkg.jobs["failed_jobs"]]
@@ -100,6 +99,14 @@ def test_dlt_pipeline_loads_every_batch(mock, segment, tmp_path):
     st = mock.stats()
     assert st["tables"]["orders"]["loads_ok"] == 20  # 100 rows, 5 a batch
     assert early(st) == 0
+
+
+def test_dlt_pipeline_url_from_dlt_config(mock, segment, tmp_path):
+    p = run_pipeline(tmp_path, mock, "conf", 10, url="-",
+                     DESTINATION__THROTTLED__API_URL=mock.url)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0 and "failed 0" in out, err[-3000:]
+    assert mock.stats()["tables"]["orders"]["loads_ok"] == 2
 
 
 def test_dlt_pipeline_permanent_answer_fails_the_job(mock, t, tmp_path):

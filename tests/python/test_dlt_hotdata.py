@@ -11,6 +11,8 @@ hotdata-dlt-destination (from PyPI, unmodified) into the Hotdata mock
   - a live pipeline and a backfill one in two processes on one table:
     with the key paused, eight backfill jobs queue first and one live
     job after them; on resume the live job goes first;
+  - two pipelines loading two tables of one database, which the API
+    locks as one: the preset's pool keeps them from refusing each other;
   - two pipelines on two simulated hosts (a segment each) sharing one
     Redis: as one host, no early request, one refusal per episode.
 
@@ -35,7 +37,7 @@ from test_redis import redis  # noqa: E402,F401  (the fixture)
 from dlt_pipeline import declared  # noqa: E402
 
 PIPELINE = os.path.join(TOP, "tests", "python", "dlt_pipeline.py")
-KEY = "hotdata:ws1/orders"
+KEY = "hotdata:ws1/conn_db1/orders"  # the preset's: workspace/database/table
 
 
 def hotdata_mock(*options):
@@ -154,6 +156,28 @@ def test_dlt_hotdata_live_goes_ahead_of_backfill(segment, tmp_path):
                 p.kill()
                 p.wait()
         t.close()
+        m.stop()
+
+
+def test_dlt_hotdata_database_lock_is_shared_by_its_tables(segment,
+                                                           tmp_path):
+    # the API locks a database's loads together: two pipelines loading
+    # two tables of one database share its pool, none refused
+    m = hotdata_mock("--service-ms", "20", "--retry-after", "2",
+                     "--catalog-lock", "--declare", "public.items")
+    try:
+        ps = [start(m, tmp_path, name, "--table", table, "--jobs", 40,
+                    "--workers", 8, rules=["hotdata"])
+              for name, table in (("a", "orders"), ("b", "items"))]
+        for p in ps:
+            r = result(p)
+            assert r["error"] is None, r["stderr"][-3000:]
+            assert (r["completed"], r["failed"]) == (40, 0)
+        st = m.stats()
+        db = st["tables"]["ws1/conn_db1"]
+        assert db["loads_ok"] >= 80 and db["max_in_service"] == 1
+        assert db["refused"] == 0 and early(st) == 0
+    finally:
         m.stop()
 
 

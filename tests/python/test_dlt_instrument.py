@@ -9,29 +9,59 @@ about libthrottle sends them:
     after the shared back-off (never early) with the same body (bytes, a
     rewound file object), and the client sees the 200;
   - surface: the 409 comes back to the client, its body readable as
-    urllib3 and requests read it, the back-off published for the others;
+    urllib3, requests and httpx read it, the back-off published for the
+    others; a 429 holds every table of the workspace;
   - a body that cannot be replayed (a generator) is sent once;
+  - not admitted in time is NotAdmitted, a TimeoutError, nothing sent; no
+    answer at all is the client's own error, the slot given back;
   - a request no rule matches is not admitted;
   - the launcher instruments a child program, and refuses a bad rule.
 
 Runs wherever urllib3 is installed (Debian's python3-urllib3 1.26 in
 tests/test_python.sh, the dlt venv's urllib3 2 in tests/test_dlt.sh)."""
 
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
 urllib3 = pytest.importorskip("urllib3")
 
 import libthrottle  # noqa: E402
-from conftest import TOP, child_env, early  # noqa: E402
+from conftest import TOP, child_env, early, field, until  # noqa: E402
 
 LOAD = "/v1/tables/{table}/load"
 KEY = "hotdata:{host}/{table}"
+ORDERS = "hotdata:127.0.0.1/orders"
+
+
+@contextlib.contextmanager
+def locked_once(mock, t):
+    """Table orders held until a refusal of it has been reported to the
+    gate (by this process or a child on the same segment), then free: a
+    lock episode of exactly one refusal, however slow the machine."""
+    held = {"table": "orders"}
+    mock.admin("hold", dict(held, ms=600000))
+    done = threading.Event()
+
+    def release():
+        try:
+            until(lambda: field(t, ORDERS, "locked") >= 1, timeout=120,
+                  what="a refusal")
+        finally:
+            mock.admin("release", held)
+            done.set()
+    th = threading.Thread(target=release, daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        done.wait(130)
 
 
 @pytest.fixture
@@ -50,12 +80,13 @@ def post(mock, table="orders", body=b"row\n", pool=None, **kw):
 
 def test_dlt_instrument_rules_parse():
     r = libthrottle.Rule.parse("hotdata class=backfill")
-    assert (r.method, r.klass, r.cap, r.retry) == ("POST", "backfill", 1,
-                                                   True)
-    assert libthrottle.Rule.parse("hotdata cap=auto surface").cap == "auto"
+    assert (r.method, r.klass, r.cap, r.pool, r.retry) == (
+        "POST", "backfill", 1, 1, True)
+    r2 = libthrottle.Rule.parse("hotdata cap=auto pool=0 surface")
+    assert (r2.cap, r2.pool, r2.retry) == ("auto", None, False)
     assert r.match("POST", "https", "api.hotdata.dev", 443,
                    "/v1/connections/c1/schemas/public/tables/orders/loads",
-                   {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/orders"
+                   {"X-Workspace-Id": "ws7"}) == "hotdata:ws7/c1/orders"
     # no workspace header: the rule does not apply
     assert r.match("POST", "https", "h", 443,
                    "/v1/connections/c1/schemas/public/tables/orders/loads",
@@ -70,9 +101,15 @@ def test_dlt_instrument_rules_parse():
                    None) is None
     assert r.match("PUT", "http", "example", 8080, "/v1/tables/a/b/load",
                    None) is None
+    # a path segment that cannot be part of a key: not matched, not an error
+    assert r.match("PUT", "http", "example", 8080, "/v1/tables/%s/load"
+                   % ("x" * 300), None) is None
     for bad in ("", "nopreset", "%s %s frobnicate" % (LOAD, KEY),
                 "%s hotdata:{nothing}" % LOAD, "%s %s cap=99" % (LOAD, KEY),
-                "%s %s class=urgent" % (LOAD, KEY)):
+                "%s %s class=urgent" % (LOAD, KEY),
+                "%s %s retries=-1" % (LOAD, KEY),
+                "/v1/{t}/{t} hotdata:{t}", "/v1/{t} k:{t} pool=1",
+                "hotdata pool=33"):
         with pytest.raises(ValueError):
             libthrottle.Rule.parse(bad)
 
@@ -80,8 +117,8 @@ def test_dlt_instrument_rules_parse():
 def test_dlt_instrument_retry_returns_the_answer_after_the_lock(
         mock, t, instrumented):
     stats = instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 500})
-    r = post(mock, body=b"0123456789")
+    with locked_once(mock, t):
+        r = post(mock, body=b"0123456789")
     assert r.status == 200
     assert json.loads(r.data)["loaded"] == 10  # the whole body, again
     st = mock.stats()
@@ -92,10 +129,10 @@ def test_dlt_instrument_retry_returns_the_answer_after_the_lock(
 
 def test_dlt_instrument_retry_rewinds_a_file_body(mock, t, instrumented):
     instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
     f = io.BytesIO(b"skip" + b"x" * 100)
     f.seek(4)
-    r = post(mock, body=f, headers={"Content-Length": "100"})
+    with locked_once(mock, t):
+        r = post(mock, body=f, headers={"Content-Length": "100"})
     assert r.status == 200 and json.loads(r.data)["loaded"] == 100
     assert mock.stats()["tables"]["orders"]["refused"] == 1
 
@@ -139,8 +176,8 @@ def test_dlt_instrument_surface_returns_the_409(mock, t, instrumented,
 def test_dlt_instrument_requests_retry(mock, t, instrumented):
     requests = pytest.importorskip("requests")
     instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
-    r = requests.post(mock.load_url(), data=b"abcdef", timeout=30)
+    with locked_once(mock, t):
+        r = requests.post(mock.load_url(), data=b"abcdef", timeout=30)
     assert r.status_code == 200 and r.json()["loaded"] == 6
     st = mock.stats()
     assert st["tables"]["orders"]["refused"] == 1 and early(st) == 0
@@ -149,8 +186,7 @@ def test_dlt_instrument_requests_retry(mock, t, instrumented):
 def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
     httpx = pytest.importorskip("httpx")
     stats = instrumented("%s %s" % (LOAD, KEY))
-    mock.admin("hold", {"table": "orders", "ms": 300})
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30) as c, locked_once(mock, t):
         r = c.post(mock.load_url(), content=b"abcdef")
         assert r.status_code == 200 and r.json()["loaded"] == 6
         assert mock.stats()["tables"]["orders"]["refused"] == 1
@@ -161,6 +197,40 @@ def test_dlt_instrument_httpx_retry_and_stream(mock, t, instrumented):
         r = c.post(mock.load_url(), content=chunks())
         assert r.status_code == 409 and stats["passed_once"] == 1
     assert early(mock.stats()) == 0
+
+
+def test_dlt_instrument_not_admitted_in_time(mock, t, instrumented):
+    stats = instrumented("%s %s timeout=0.3" % (LOAD, KEY))
+    t.pause(ORDERS)
+    with pytest.raises(libthrottle.NotAdmitted) as e:
+        post(mock)
+    # a TimeoutError: what clients (the hotdata SDK) retry as transient
+    assert isinstance(e.value, TimeoutError) and ORDERS in str(e.value)
+    assert stats["not_admitted"] == 1 and mock.stats()["requests"] == 0
+
+
+def test_dlt_instrument_no_answer_raises_the_clients_error(t, instrumented):
+    instrumented("%s %s" % (LOAD, KEY))
+    import socket
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d/v1/tables/orders/load" % s.getsockname()[1]
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            urllib3.PoolManager().request("POST", url, body=b"x",
+                                          retries=False)
+    key = "hotdata:127.0.0.1/orders"
+    # admitted once, given back as failed, nothing published
+    assert t.info(key)["admitted"] == 1 and t.info(key)["in_flight"] == 0
+    assert t.remaining(key) == 0
+
+
+def test_dlt_instrument_429_holds_the_workspace(mock, t, instrumented):
+    instrumented("%s %s surface" % (LOAD, KEY))
+    mock.admin("overload", {"seconds": 60})
+    assert post(mock).status == 429
+    # published on the key's scope: every table of the workspace waits
+    assert t.remaining("hotdata:127.0.0.1/other") > 0
+    assert t.remaining("hotdata:127.0.0.1") > 0
 
 
 def test_dlt_instrument_unmatched_requests_pass(mock, t, instrumented):
@@ -180,12 +250,12 @@ def run_under(rules, code, **env):
         env=child_env(**env), timeout=120, cwd=TOP)
 
 
-def test_dlt_instrument_launcher_instruments_the_child(mock, segment):
-    mock.admin("hold", {"table": "orders", "ms": 500})
+def test_dlt_instrument_launcher_instruments_the_child(mock, t):
     code = ("import urllib3, sys\n"
             "r = urllib3.PoolManager().request('POST', %r, body=b'abc')\n"
             "print(r.status, r.data.decode())\n" % mock.load_url())
-    out = run_under(["%s %s" % (LOAD, KEY)], code)
+    with locked_once(mock, t):
+        out = run_under(["%s %s" % (LOAD, KEY)], code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("200 ")
     st = mock.stats()
@@ -214,3 +284,26 @@ def test_dlt_instrument_launcher_keeps_the_environment(segment):
     assert lines[0:2] == ["hotdata", "hotdata class=backfill"]
     assert "class=backfill" in lines[2] and "class=live" in lines[2]
     assert os.path.join(TOP, "python") in child_env()["PYTHONPATH"]
+
+
+def test_dlt_instrument_launcher_installed(tmp_path, segment):
+    """make install installs the launcher's sitecustomize too: the
+    installed package instruments a child with no environment but the
+    segment's name."""
+    from test_install import make
+    venv = str(tmp_path / "venv")
+    # the system's packages: urllib3 for the child to be instrumented
+    if subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                       "--system-site-packages", venv]).returncode != 0:
+        pytest.skip("no venv module")
+    py = os.path.join(venv, "bin", "python3")
+    make("install", venv, py)
+    code = "import libthrottle.instrument as i; print(i._state['rules'])"
+    out = subprocess.run([py, "-m", "libthrottle.run", "--rule", "hotdata",
+                          "--", py, "-c", code], env={
+                              "THROTTLE_SEGMENT": segment,
+                              "PATH": os.environ["PATH"]}, cwd="/",
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Rule(POST /v1/connections/" in out.stdout, out.stderr

@@ -25,6 +25,7 @@ assert b._core._name == os.path.join(here, "libthrottle.so.1"), b._core._name
 assert b._curl._name == os.path.join(here, "libthrottle-curl.so.1")
 assert os.path.exists(os.path.join(here, "libthrottle-redis.so.1"))
 assert os.path.exists(os.path.join(here, "py.typed"))
+assert os.path.exists(os.path.join(here, "_boot", "sitecustomize.py"))
 assert not here.startswith(sys.argv[1])  # not the checkout's
 for f in sys.argv[3].split(","):  # every file of the package
     assert os.path.exists(os.path.join(here, f)), f
