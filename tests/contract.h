@@ -67,7 +67,8 @@ struct ct_fx {
 
 /* One case: the rule it pins, and per backend NULL or the reason it is
  * skipped there (a documented difference, with its reference, or
- * "fails: ..." for a bug left open). */
+ * "fails: ..." for a bug left open; CONTRACT_RUN_FAILING=1 in the
+ * environment runs those anyway, to see whether a fix closes them). */
 struct ct_case {
   const char *name;
   void (*fn)(struct ct_fx *c);

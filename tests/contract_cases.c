@@ -1287,15 +1287,18 @@ static void case_pool_fifo_live_first(struct ct_fx *c) {
 }
 
 /* Rule: a cap set on a scope counts the admissions already in flight
- * beneath it, on every host: none more until they are under it. */
+ * beneath it, on every host: none more until they are under it.  (At
+ * once on the segment; on Redis at the holders' next heartbeat, every
+ * THROTTLE_LIVENESS_MS / 4: CHANGELOG, "Pools", hence the wait.) */
 static void case_pool_new_cap_counts_in_flight(struct ct_fx *c) {
+  use_short_liveness();
   throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
   warm(b1, "nc/a");
   throttle_ticket_t *t[2], *x = NULL;
   t[0] = in(b1, "nc/a", LIVE);
   t[1] = in(b1, "nc/b", LIVE);
   assert_int_equal(throttle_set_max_parallel(a, "nc", 1), 0);
-  assert_int_equal(field(a, "nc", THROTTLE_FIELD_IN_FLIGHT), 2);
+  wait_field(a, "nc", THROTTLE_FIELD_IN_FLIGHT, 2);
   assert_int_equal(throttle_try_enter(a, "nc/c", LIVE, &x, NULL),
                    THROTTLE_EWOULDBLOCK);
   out(b1, t[0], OK, 0);
@@ -1434,10 +1437,7 @@ static const struct ct_case cases[] = {
                       "scripts clamp to the caller's maximum, MAXD)"),
     CASE(cold_scope_first_request_alone),
     CASE(pool_fifo_live_first),
-    CASE(pool_new_cap_counts_in_flight,
-         [CT_REDIS] = "fails: a scope made a pool of 1 with 2 admissions in "
-                      "flight beneath shows in_flight 0 and admits a "
-                      "third at once"),
+    CASE(pool_new_cap_counts_in_flight),
     CASE(stale_report_frees_nothing),
     CASE(info_lists_waiters_in_order),
     CASE(try_enter_hint_counts_rate,
@@ -1449,6 +1449,17 @@ static const struct ct_case cases[] = {
 
 /* ---- the runner --------------------------------------------------------- */
 
+/* A case skipped as "fails: ..." (a bug left open), run anyway when
+ * CONTRACT_RUN_FAILING is set: to see whether a fix closes it. */
+static const char *skip_reason(const struct ct_case *cs,
+                               const struct ct_backend *be) {
+  const char *why = cs->skip[be->id];
+  if (why != NULL && strncmp(why, "fails:", 6) == 0 &&
+      getenv("CONTRACT_RUN_FAILING") != NULL)
+    return NULL;
+  return why;
+}
+
 static int ct_setup(void **state) {
   struct ct_fx *c = calloc(1, sizeof *c);
   if (c == NULL)
@@ -1457,7 +1468,7 @@ static int ct_setup(void **state) {
   c->be = the_backend;
   *state = c;
   nopened = 0;
-  if (c->cs->skip[c->be->id] != NULL)
+  if (skip_reason(c->cs, c->be) != NULL)
     return 0;
   void *st = NULL;
   if (th_setup(&st) != 0)
@@ -1496,7 +1507,7 @@ static int ct_teardown(void **state) {
 
 static void ct_run(void **state) {
   struct ct_fx *c = *state;
-  const char *why = c->cs->skip[c->be->id];
+  const char *why = skip_reason(c->cs, c->be);
   if (why != NULL) {
     printf("[  SKIP    ] %s on %s: %s\n", c->cs->name, c->be->name, why);
     skip();
