@@ -1431,6 +1431,8 @@ static const struct ct_case cases[] = {
          [CT_REDIS] = "requeue keeps no place on Redis (README: Across "
                       "hosts, Not mirrored)"),
     CASE(try_enter_hint),
+    /* fails on Redis: README, "One process's settings" (a process's own
+     * settings are never written where they would weaken the others). */
     CASE(own_max_delay_bounds_only_itself,
          [CT_REDIS] = "fails: a publisher whose own max delay is 1 s stores "
                       "999 ms of a 60 s back-off for every host (the "
@@ -1440,6 +1442,8 @@ static const struct ct_case cases[] = {
     CASE(pool_new_cap_counts_in_flight),
     CASE(stale_report_frees_nothing),
     CASE(info_lists_waiters_in_order),
+    /* fails on both: throttle.h, throttle_try_enter() (the hint is 0 only
+     * for a wait on a slot). */
     CASE(try_enter_hint_counts_rate,
          [CT_SHM] = "fails: a rate's refusal hints 0 ms, as for a slot",
          [CT_REDIS] = "fails: a rate's refusal hints 0 ms, as for a slot"),
