@@ -17,7 +17,7 @@
 # so switching flavours never mixes objects.
 
 MAJOR   := 1
-VERSION := 1.0.0
+VERSION := 1.1.0
 # A git-ignored local.mk may set WERROR=1 (or anything else) for a
 # developer's every build; CI passes WERROR=1 itself.
 -include local.mk

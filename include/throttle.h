@@ -99,9 +99,9 @@ extern "C" {
 /* ---- Versions -------------------------------------------------------- */
 
 #define THROTTLE_VERSION_MAJOR 1
-#define THROTTLE_VERSION_MINOR 0
+#define THROTTLE_VERSION_MINOR 1
 #define THROTTLE_VERSION_PATCH 0
-#define THROTTLE_VERSION_STRING "1.0.0"
+#define THROTTLE_VERSION_STRING "1.1.0"
 /* 0xMMmmpp, comparable with THROTTLE_AT_LEAST_VERSION(). */
 #define THROTTLE_VERSION_NUM                                                   \
   ((THROTTLE_VERSION_MAJOR << 16) | (THROTTLE_VERSION_MINOR << 8) |            \
