@@ -358,6 +358,26 @@ static void case_outcome_classes_publish(struct ct_fx *c) {
   assert_true(left > 0 && left <= 5000);
 }
 
+/* Rule: where a transient answer is published is the handle's own
+ * setting (key, root scope, or a prefix of n names), and only its own:
+ * another host's handle keeps the defaults. */
+static void case_publish_level_per_handle(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
+  assert_int_equal(throttle_set_publish_level(
+                       a, THROTTLE_OUTCOME_RATE_LIMITED, THROTTLE_LEVEL_KEY),
+                   0);
+  assert_int_equal(throttle_set_publish_level(a, LOCKED, 2), 0);
+  out(a, in(a, "pl1/t", LIVE), THROTTLE_OUTCOME_RATE_LIMITED, TH_LONG_MS);
+  assert_true(th_remaining(b1, "pl1/t") > TH_LONG_MS - 10000);
+  assert_int_equal(th_remaining(b1, "pl1/u"), 0); /* not on the scope */
+  out(a, in(a, "pl2/x/t", LIVE), LOCKED, TH_LONG_MS);
+  assert_true(th_remaining(b1, "pl2/x/u") > TH_LONG_MS - 10000); /* pl2/x */
+  assert_int_equal(th_remaining(b1, "pl2/y"), 0);
+  /* the other host's handle: 429 on the root scope, as by default */
+  out(b1, in(b1, "pl3/t", LIVE), THROTTLE_OUTCOME_RATE_LIMITED, TH_LONG_MS);
+  assert_true(th_remaining(a, "pl3/u") > TH_LONG_MS - 10000);
+}
+
 /* ---- I3: no herd ------------------------------------------------------- */
 
 /* Rule: when a not-before passes, one admission is the probe; nobody else
@@ -1166,7 +1186,14 @@ static void case_clear_and_reset_wake_sleepers(struct ct_fx *c) {
   assert_int_equal(field(a, "cl", THROTTLE_FIELD_CLEARS), 1);
   assert_int_equal(throttle_backoff(a, "r1", TH_LONG_MS), 0);
   assert_int_equal(throttle_backoff(b1, "r2", TH_LONG_MS), 0);
+  b->rc[0] = -1000;
+  k[0] = kid_of(c, b, 0, "r2", KID_WAIT);
+  k[0].timeout_ms = THROTTLE_FOREVER;
+  pid[0] = th_spawn(c->fx, kid_main, &k[0]);
+  th_wait_sleeping(pid[0], 2000);
   assert_int_equal(throttle_reset(b1), 0);
+  th_reap_ok(c->fx, pid[0], HANG_MS); /* woken: not a minute later */
+  assert_int_equal(b->rc[0], 0);
   assert_int_equal(th_remaining(a, "r1"), 0);
   assert_int_equal(th_remaining(a, "r2"), 0);
   assert_int_equal(throttle_clear(a, "never-seen"), THROTTLE_ENOKEY);
@@ -1395,6 +1422,7 @@ static const struct ct_case cases[] = {
     CASE(never_early_across_hosts),
     CASE(later_backoff_holds_sleepers),
     CASE(outcome_classes_publish),
+    CASE(publish_level_per_handle),
     CASE(one_probe_per_episode),
     CASE(only_ok_ends_an_episode),
     CASE(scope_one_probe),
