@@ -208,10 +208,11 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
     }
     if (w >= n)
       break;
-    if (tries > 6000) {
-      fprintf(stderr, "bench_redis: only %lld of %d waiting\n",
+    if (tries > 6000) { /* some fell back to the segment (a timeout) */
+      fprintf(stderr,
+              "bench_redis: %lld of %d waiting in Redis; measured so\n",
               (long long)w, n);
-      exit(1);
+      break;
     }
     struct timespec ts = {0, 10 * 1000000};
     nanosleep(&ts, NULL);
