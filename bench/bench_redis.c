@@ -208,10 +208,11 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
     }
     if (w >= n)
       break;
-    if (tries > 6000) {
-      fprintf(stderr, "bench_redis: only %lld of %d waiting\n",
+    if (tries > 6000) { /* some fell back to the segment (a timeout) */
+      fprintf(stderr,
+              "bench_redis: %lld of %d waiting in Redis; measured so\n",
               (long long)w, n);
-      exit(1);
+      break;
     }
     struct timespec ts = {0, 10 * 1000000};
     nanosleep(&ts, NULL);
@@ -261,13 +262,22 @@ static double enter_ns(throttle_t *h, int with_leave) {
   return t / ITERS;
 }
 
+/* The server goes whatever way the run ends (die() exits). */
+static struct th_redis R;
+static char seg[64];
+static void stop_server(void) {
+  if (seg[0] != 0)
+    throttle_unlink(seg);
+  th_redis_cleanup(&R);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   if (!th_redis_available()) {
     printf("bench_redis: skipped, redis-server is not installed\n");
     return 0;
   }
-  struct th_redis R = {0};
+  atexit(stop_server);
   if (th_redis_start(&R) != 0) {
     fprintf(stderr, "bench_redis: redis-server did not start\n");
     return 1;
@@ -275,7 +285,6 @@ int main(int argc, char **argv) {
   th_redis_use_module(argv[0]);
   /* no heartbeat round inside the measured windows */
   setenv("THROTTLE_LIVENESS_MS", "3600000", 1);
-  char seg[64];
   snprintf(seg, sizeof seg, "/thr-bench-redis-%d", (int)getpid());
   throttle_config_t *cfg = throttle_config_new();
   throttle_t *h = NULL;
@@ -336,7 +345,5 @@ int main(int argc, char **argv) {
   }
   redisFree(c);
   throttle_close(h);
-  throttle_unlink(seg);
-  th_redis_cleanup(&R);
   return 0;
 }

@@ -158,7 +158,22 @@ static void do_cancel(struct throttle__rec *r, const void *arg) {
 }
 
 THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
-  THROTTLE__BE_TRY(h, throttle__be_set(h, key, THROTTLE__BE_CANCEL, 0, 0));
+  if (h != NULL && h->be != NULL && h->ro_src == NULL) {
+    /* Across hosts, and this host's own waiters in the segment too (queued
+     * there while the backend was away): a cancel ends every current
+     * waiter wherever it waits. */
+    int brc = throttle__be_set(h, key, THROTTLE__BE_CANCEL, 0, 0);
+    if (brc != THROTTLE__BE_DOWN) {
+      if (brc == 0 || brc == THROTTLE_ENOKEY) {
+        int rc = with_key(h, key, false, do_cancel, NULL, true);
+        if (brc == 0 || rc == 0) {
+          throttle__clear_msg(h);
+          return 0;
+        }
+      }
+      return brc;
+    }
+  }
   return with_key(h, key, false, do_cancel, NULL, true);
 }
 

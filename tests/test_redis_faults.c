@@ -678,6 +678,43 @@ static void test_redis_faults_host_rejoins_while_segment_drains(void **state) {
   throttle_close(b);
 }
 
+static int wait_canceled_in_segment(void *arg) {
+  struct th_fx *fx = arg;
+  throttle_t *h = NULL;
+  throttle_open(fx->cfg, &h); /* Redis is down: the segment serves */
+  TH_CHILD_CHECK(h != NULL);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, "q", THROTTLE_CLASS_LIVE, THROTTLE_FOREVER,
+                                &t) == THROTTLE_ECANCELED);
+  throttle_close(h);
+  return 0;
+}
+
+/* A cancel through Redis also ends this host's waiters that queued in the
+ * segment while Redis was away. */
+static void test_redis_faults_cancel_reaches_segment_waiters(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  th_redis_stop(&R, 1);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_try_enter(a, "q", THROTTLE_CLASS_LIVE, &t, NULL),
+                   0); /* the segment admits */
+  pid_t kid = th_spawn(fx, wait_canceled_in_segment, fx);
+  /* queued in the segment, as a handle without a backend sees it */
+  throttle_config_t *cfg = throttle_config_new();
+  assert_int_equal(throttle_config_set_segment(cfg, fx->name), 0);
+  throttle_t *seg = NULL;
+  assert_int_equal(throttle_open(cfg, &seg), 0);
+  throttle_config_free(cfg);
+  th_wait_field(seg, "q", THROTTLE_FIELD_WAITING_LIVE, 1, HANG_GUARD_MS);
+  throttle_close(seg);
+  assert_int_equal(th_redis_start(&R), 0);
+  th_sleep_ms(1200); /* past a's retry pause: Redis is asked again */
+  assert_int_equal(throttle_cancel(a, "q"), 0);
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* ---- time --------------------------------------------------------------- */
 
 /* A stall longer than the caller's timeout, while the caller waits in
@@ -813,6 +850,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_host_rejoins_while_segment_drains, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_cancel_reaches_segment_waiters, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(
