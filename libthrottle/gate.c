@@ -472,13 +472,20 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     if (nb > throttle__sat_add(now, h->max_delay_ns))
       nb = throttle__sat_add(now, h->max_delay_ns);
-    /* The hint is the later of the not-befores and the next instant at
-     * which time alone could open the gate for us (a rate's next token, a
-     * pool's, a cold hold's end: the grant above said), read before our
-     * place is given back below (the grant after it sees the queue
-     * without us). */
+    /* The hint is the later of the not-befores and, unless the key's cap
+     * (or its backfill share) is full, the next instant at which time
+     * alone could open the gate for us (a rate's next token, a pool's, a
+     * cold hold's end: the grant above said), read before our place is
+     * given back below (the grant after it sees the queue without us).
+     * A wait for a slot is no time: 0. */
     uint64_t hint_at = nb;
-    if (next != UINT64_MAX && next > hint_at)
+    struct throttle__roster fr;
+    throttle__roster_read(r, &fr);
+    bool slot_bound = throttle__bits(fr.hold) >= throttle__cap_of(r) ||
+                      (cls == THROTTLE_CLASS_BACKFILL &&
+                       throttle__bits(fr.hold_bf) >=
+                           throttle__backfill_cap(r, throttle__cap_of(r)));
+    if (!slot_bound && next != UINT64_MAX && next > hint_at)
       hint_at = next < throttle__sat_add(now, h->max_delay_ns)
                     ? next
                     : throttle__sat_add(now, h->max_delay_ns);
