@@ -73,7 +73,10 @@ waits through a libthrottle.AsyncThrottle (one per event loop, over the
 same Throttle): a request waiting for the shared back-off, the key's cap
 or its queue never blocks the event loop, and takes no thread of its own
 (libthrottle._async).  A client whose transport is of another class (a
-transport of its own, httpx.MockTransport) is not instrumented.
+transport of its own, httpx.MockTransport) is not instrumented.  A
+request sent by one of the package's own clients (libthrottle.requests,
+libthrottle.urllib3, libthrottle.httpx) is admitted by that client, under
+its own key, and passed through here as it is.
 """
 
 import inspect
@@ -86,7 +89,7 @@ import types
 
 from ._base import _key
 from ._errors import Error, GaveUp
-from ._http import default_throttle, run
+from ._http import SENDING, default_throttle, run
 from ._replay import (REPLAY_LIMIT, ReplayableBody, replayable_async,
                       sized_headers)
 from ._throttle import Throttle
@@ -266,7 +269,6 @@ def parse_rules(rules):
 _state = {"rules": [], "throttle": None, "orig": None, "caps": set(),
           "stats": None}
 _lock = threading.Lock()
-_inside = threading.local()
 
 
 def instrument(rules, throttle=None):
@@ -350,7 +352,7 @@ def _match(pool, method, url, headers):
 
 def _urlopen(pool, method, url, *args, **kwargs):
     orig = _state["orig"]
-    if getattr(_inside, "active", False) or not _state["rules"]:
+    if SENDING.get() or not _state["rules"]:  # admitted already, or no rule
         return orig(pool, method, url, *args, **kwargs)
     bound = _state["sig"].bind(pool, method, url, *args, **kwargs)
     call = dict(bound.arguments)
@@ -363,7 +365,11 @@ def _urlopen(pool, method, url, *args, **kwargs):
 
 
 def _httpx_match(request):
-    """(rule, key) for an httpx request, or (None, None)."""
+    """(rule, key) for an httpx request, or (None, None): no rule matches
+    it, or it is sent by the loop of one of the package's own clients,
+    which admitted it already."""
+    if SENDING.get() or not _state["rules"]:
+        return None, None
     u = request.url
     port = u.port or (443 if u.scheme == "https" else 80)
     path = u.raw_path.decode("ascii", "replace")
@@ -382,7 +388,7 @@ def _resends(rule):
 def _httpx_handle(transport, request):
     """httpx.HTTPTransport.handle_request, through the gate."""
     orig = _state["httpx"]
-    rule, key = _httpx_match(request) if _state["rules"] else (None, None)
+    rule, key = _httpx_match(request)
     if rule is None:
         return orig(transport, request)
     import httpx
@@ -407,7 +413,7 @@ async def _httpx_handle_async(transport, request):
     admitted by an AsyncThrottle, so that waiting never blocks the event
     loop."""
     orig = _state["httpx_async"]
-    rule, key = _httpx_match(request) if _state["rules"] else (None, None)
+    rule, key = _httpx_match(request)
     if rule is None:
         return await orig(transport, request)
     import httpx
@@ -476,11 +482,7 @@ def _admitted(pool, rule, key, orig, call):
     def attempt():
         if body is not None and "body" in call:
             call["body"] = body.rewind()
-        _inside.active = True
-        try:
-            resp = orig(pool, **call)
-        finally:
-            _inside.active = False
+        resp = orig(pool, **call)
         resp, data = _readable(resp, call)
         return resp, resp.status, resp.headers, data
     return _through_gate(rule, key, attempt, lambda resp: resp.release_conn())

@@ -341,6 +341,47 @@ def test_dlt_instrument_async_unmatched_requests_pass(mock, t, instrumented):
     assert stats["admitted"] == 0
 
 
+@pytest.mark.parametrize("client", ["requests", "urllib3", "httpx",
+                                    "httpx-async"])
+def test_dlt_instrument_leaves_the_packages_own_clients_alone(
+        mock, t, instrumented, client):
+    """A request sent by one of libthrottle's own clients (the requests
+    session, the urllib3 pool manager, the httpx transports) is admitted
+    by that client; instrument does not admit it a second time, inside
+    the first admission (under cap 1 that waited for the slot the same
+    request held, until the rule's timeout)."""
+    stats = instrumented("%s %s cap=1 timeout=5" % (LOAD, KEY))
+    if client == "requests":
+        pytest.importorskip("requests")
+        import libthrottle.requests as lr
+        r = lr.session(ORDERS, throttle=t).post(mock.load_url(),
+                                                data=b"abc", timeout=30)
+        status = r.status_code
+    elif client == "urllib3":
+        lu = pytest.importorskip("libthrottle.urllib3")
+        r = lu.ThrottlePoolManager(ORDERS, throttle=t).request(
+            "POST", mock.load_url(), body=b"abc")
+        status = r.status
+    else:
+        lh = pytest.importorskip("libthrottle.httpx")
+        httpx = pytest.importorskip("httpx")
+        if client == "httpx":
+            with httpx.Client(transport=lh.ThrottleTransport(
+                    ORDERS, throttle=t)) as c:
+                status = c.post(mock.load_url(), content=b"abc").status_code
+        else:
+            async def main():
+                async with httpx.AsyncClient(
+                        transport=lh.AsyncThrottleTransport(
+                            ORDERS, throttle=t)) as c:
+                    r = await c.post(mock.load_url(), content=b"abc")
+                    return r.status_code
+            status = asyncio.run(main())
+    assert status == 200
+    assert t.info(ORDERS)["admitted"] == 1 and stats["admitted"] == 0
+    assert stats["not_admitted"] == 0
+
+
 def test_dlt_instrument_not_admitted_in_time(mock, t, instrumented):
     stats = instrumented("%s %s timeout=0.3" % (LOAD, KEY))
     t.pause(ORDERS)
