@@ -17,7 +17,7 @@
 # so switching flavours never mixes objects.
 
 MAJOR   := 1
-VERSION := 1.0.0
+VERSION := 1.1.0
 # A git-ignored local.mk may set WERROR=1 (or anything else) for a
 # developer's every build; CI passes WERROR=1 itself.
 -include local.mk
@@ -171,6 +171,11 @@ $(B)/tests/%: tests/%.c $(TEST_HELPERS) tests/helpers.h $(B)/libthrottle-testing
 
 # The scope contracts on Redis reuse test_scope.c's bodies.
 $(B)/tests/test_redis_scope: tests/test_scope.c
+
+# The contract cases, written once, linked into one program per backend.
+CONTRACT_TESTS := $(B)/tests/test_contract_shm $(B)/tests/test_contract_redis
+$(CONTRACT_TESTS): TEST_HELPERS += tests/contract_cases.c
+$(CONTRACT_TESTS): tests/contract_cases.c tests/contract.h
 
 # ---- examples and the demo ----------------------------------------------
 

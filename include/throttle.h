@@ -99,9 +99,9 @@ extern "C" {
 /* ---- Versions -------------------------------------------------------- */
 
 #define THROTTLE_VERSION_MAJOR 1
-#define THROTTLE_VERSION_MINOR 0
+#define THROTTLE_VERSION_MINOR 1
 #define THROTTLE_VERSION_PATCH 0
-#define THROTTLE_VERSION_STRING "1.0.0"
+#define THROTTLE_VERSION_STRING "1.1.0"
 /* 0xMMmmpp, comparable with THROTTLE_AT_LEAST_VERSION(). */
 #define THROTTLE_VERSION_NUM                                                   \
   ((THROTTLE_VERSION_MAJOR << 16) | (THROTTLE_VERSION_MINOR << 8) |            \
@@ -533,7 +533,8 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
  * of a pool is a budget for all its keys.  Each key keeps its own cap.  A
  * cap set on a scope (a new pool, or a lowered cap) counts the admissions
  * already in flight beneath it: none more is granted until they are under
- * it.
+ * it (on Redis from each holder's next heartbeat, within a quarter of the
+ * liveness: a script cannot name the keys beneath a scope).
  *
  * Where a transient answer is published, per outcome: THROTTLE_LEVEL_KEY
  * (the key itself), THROTTLE_LEVEL_ROOT (its root scope; the key when it
@@ -575,9 +576,8 @@ THROTTLE_EXTERN int throttle_set_max_parallel(throttle_t *h, const char *key,
  * 32 participants, as throttle_set_max_parallel(h, key, 0)).  A cap
  * learned above max comes down at once.  What the learner knows is kept
  * across throttle_set_max_parallel() calls; a bound keeps the key from
- * eviction, as a fixed cap does.  Errors: as throttle_set_max_parallel()
- * (THROTTLE_EINVAL for max above 32, and on a handle whose backend is Redis,
- * whose learned cap has no bound). */
+ * eviction, as a fixed cap does.  The same on every backend.  Errors: as
+ * throttle_set_max_parallel() (THROTTLE_EINVAL for max above 32). */
 THROTTLE_EXTERN int throttle_set_max_parallel_auto(throttle_t *h,
                                                    const char *key,
                                                    uint32_t max);

@@ -157,7 +157,7 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   else
     snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
-  snprintf(be->env_warn, sizeof be->env_warn, "%s", why);
+  snprintf(be->env_warn, sizeof be->env_warn, "%.255s", why);
   atomic_store(&be->notice_gen, show_notice(h, be));
   return 0;
 }

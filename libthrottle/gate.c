@@ -472,6 +472,16 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
     }
     if (nb > throttle__sat_add(now, h->max_delay_ns))
       nb = throttle__sat_add(now, h->max_delay_ns);
+    /* The hint is the later of the not-befores and the next instant at
+     * which time alone could open the gate for us (a rate's next token, a
+     * pool's, a cold hold's end: the grant above said), read before our
+     * place is given back below (the grant after it sees the queue
+     * without us). */
+    uint64_t hint_at = nb;
+    if (next != UINT64_MAX && next > hint_at)
+      hint_at = next < throttle__sat_add(now, h->max_delay_ns)
+                    ? next
+                    : throttle__sat_add(now, h->max_delay_ns);
     if (nowait || interrupted || now >= deadline ||
         (nb > now && nb > deadline)) {
       ovf_done(r, &ovf);
@@ -482,9 +492,9 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       throttle__unlock(h);
       throttle__wake_all(&w);
       if (wait_ms != NULL)
-        *wait_ms = nb > now ? (nb - now + THROTTLE__NS_PER_MS - 1) /
-                                  THROTTLE__NS_PER_MS
-                            : 0;
+        *wait_ms = hint_at > now ? (hint_at - now + THROTTLE__NS_PER_MS - 1) /
+                                       THROTTLE__NS_PER_MS
+                                 : 0;
       if (nowait)
         rc = throttle__fail(h, THROTTLE_EWOULDBLOCK, "%s: not admitted now",
                             t->key);

@@ -409,6 +409,11 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
 static void settings_of(const redisReply *rep, struct throttle__be_settings *set) {
   if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING)
     return;
+  if (strcmp(rep->element[4]->str, "-") == 0) { /* none set */
+    memset(set, 0, sizeof *set);
+    set->known = 1;
+    return;
+  }
   unsigned long long v[7];
   if (sscanf(rep->element[4]->str, "%llu %llu %llu %llu %llu %llu %llu",
              &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)

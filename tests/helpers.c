@@ -449,6 +449,23 @@ uint64_t th_remaining(throttle_t *h, const char *key) {
   return ms;
 }
 
+throttle_ticket_t *th_enter(throttle_t *h, const char *key,
+                            throttle_class_t cls, uint64_t timeout_ms) {
+  throttle_ticket_t *t = NULL;
+  int rc = throttle_enter(h, key, cls, timeout_ms, &t);
+  if (rc != 0)
+    fail_msg("enter %s: %s: %s", key, throttle_err_name(rc),
+             throttle_errmsg(h));
+  return t;
+}
+
+void th_leave(throttle_t *h, throttle_ticket_t *t, throttle_outcome_t o,
+              uint64_t retry_after_ms) {
+  int rc = throttle_leave(h, t, o, retry_after_ms);
+  if (rc != 0)
+    fail_msg("leave: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
+}
+
 /* ---- the table's own consistency ---------------------------------------- */
 
 /* Count a fault; describe it when it is the first. */

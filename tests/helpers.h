@@ -157,6 +157,14 @@ void th_wait_field(throttle_t *h, const char *key, throttle_field_t f,
  * when there is none. */
 void *th_rec(throttle_t *h, const char *key);
 
+/* throttle_enter() that must admit within timeout_ms, and
+ * throttle_leave() that must succeed; each fails the test otherwise, with
+ * the handle's message. */
+throttle_ticket_t *th_enter(throttle_t *h, const char *key,
+                            throttle_class_t cls, uint64_t timeout_ms);
+void th_leave(throttle_t *h, throttle_ticket_t *t, throttle_outcome_t o,
+              uint64_t retry_after_ms);
+
 /* throttle_remaining() of key in ms; fails the test on an error. */
 uint64_t th_remaining(throttle_t *h, const char *key);
 

@@ -22,8 +22,11 @@
 #include "internal.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define HANG_GUARD_MS 20000
@@ -324,6 +327,96 @@ static void test_pool_new_cap_counts_other_processes(void **state) {
   close(down[1]);
 }
 
+/* ---- kill -9 under a pool ---------------------------------------------- */
+
+#define KW 12 /* workers */
+#define POOL_CAP 2
+struct killboard {
+  _Atomic int holding[KW]; /* set after the grant, cleared before the leave */
+  _Atomic int over;        /* a worker saw more than POOL_CAP holding */
+  _Atomic long admitted;
+};
+
+struct kworker {
+  struct th_fx *fx;
+  struct killboard *b;
+  int i;
+};
+
+static int kworker_main(void *p) {
+  static const char *const keys[] = {"ws/a", "ws/b", "ws/c", "ws/d"};
+  struct kworker *w = p;
+  throttle_close(w->fx->h);
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(w->fx->cfg, &h) == 0);
+  for (unsigned n = (unsigned)w->i;; n++) {
+    throttle_ticket_t *t = NULL;
+    if (throttle_enter(h, keys[n % 4], THROTTLE_CLASS_LIVE, 2000, &t) != 0)
+      continue;
+    atomic_store(&w->b->holding[w->i], 1);
+    int at_once = 0;
+    for (int k = 0; k < KW; k++)
+      at_once += atomic_load(&w->b->holding[k]);
+    if (at_once > POOL_CAP)
+      atomic_fetch_add(&w->b->over, 1);
+    atomic_fetch_add(&w->b->admitted, 1);
+    th_sleep_ms(2);
+    atomic_store(&w->b->holding[w->i], 0);
+    throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0);
+  }
+  return 0;
+}
+
+/* A pool of 2 over 4 keys, 12 workers entering and leaving, one killed
+ * with -9 every 10 ms (at any instant: waiting, holding, inside the
+ * library) and replaced, for 2 s: never more than 2 hold at once, and
+ * afterwards the pool is not blocked (a fresh caller of each key goes).
+ * A worker's mark is cleared before it is killed, so a mark counts only
+ * admissions the pool still holds. */
+static void test_pool_holds_under_kill_9(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  answer(h, "ws/a");
+  assert_int_equal(throttle_set_max_parallel(h, "ws", POOL_CAP), 0);
+  struct killboard *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(b != MAP_FAILED);
+  memset(b, 0, sizeof *b);
+  struct kworker w[KW];
+  pid_t pid[KW];
+  for (int i = 0; i < KW; i++) {
+    w[i] = (struct kworker){fx, b, i};
+    pid[i] = th_spawn(fx, kworker_main, &w[i]);
+  }
+  unsigned seed = 20261203;
+  printf("seed %u\n", seed);
+  int kills = 0;
+  for (uint64_t m0 = th_mono_ms(); th_mono_ms() - m0 < 2000; kills++) {
+    int i = (int)(rand_r(&seed) % KW);
+    atomic_store(&b->holding[i], 0);
+    kill(pid[i], SIGKILL);
+    th_reap(fx, pid[i], HANG_GUARD_MS);
+    pid[i] = th_spawn(fx, kworker_main, &w[i]);
+    th_sleep_ms(10);
+  }
+  for (int i = 0; i < KW; i++) {
+    atomic_store(&b->holding[i], 0);
+    kill(pid[i], SIGKILL);
+    th_reap(fx, pid[i], HANG_GUARD_MS);
+  }
+  printf("%d kills, %ld admissions, %d seen over the cap\n", kills,
+         atomic_load(&b->admitted), atomic_load(&b->over));
+  assert_int_equal(atomic_load(&b->over), 0);
+  static const char *const keys[] = {"ws/a", "ws/b", "ws/c", "ws/d"};
+  for (int k = 0; k < 4; k++) {
+    throttle_ticket_t *t = NULL;
+    assert_int_equal(
+        throttle_enter(h, keys[k], THROTTLE_CLASS_LIVE, HANG_GUARD_MS, &t), 0);
+    assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  }
+  munmap(b, sizeof *b);
+}
+
 #ifndef TH_POOL_NO_MAIN
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
@@ -338,6 +431,7 @@ int main(void) {
       T(test_pool_probe_out_on_subscope_holds_no_turn),
       T(test_pool_new_cap_counts_what_is_in_flight),
       T(test_pool_new_cap_counts_other_processes),
+      T(test_pool_holds_under_kill_9),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

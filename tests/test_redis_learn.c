@@ -61,20 +61,10 @@ static int64_t field(throttle_t *h, const char *key, throttle_field_t f) {
 }
 
 static throttle_ticket_t *in(throttle_t *h, const char *key) {
-  throttle_ticket_t *t = NULL;
-  int rc = throttle_enter(h, key, THROTTLE_CLASS_LIVE, 10000, &t);
-  if (rc != 0)
-    fail_msg("enter %s: %s: %s", key, throttle_err_name(rc),
-             throttle_errmsg(h));
-  return t;
+  return th_enter(h, key, THROTTLE_CLASS_LIVE, 10000);
 }
 
-static void out(throttle_t *h, throttle_ticket_t *t, throttle_outcome_t o,
-                uint64_t ra_ms) {
-  int rc = throttle_leave(h, t, o, ra_ms);
-  if (rc != 0)
-    fail_msg("leave: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
-}
+#define out th_leave
 
 /* Slow start from cap 1 to n with one handle: c admissions at once, the
  * last granted (at the cap) reporting first.  Leaves cap n, good n - 1. */

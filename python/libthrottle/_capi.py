@@ -69,6 +69,8 @@ void throttle_close(throttle_t *h);
 int throttle_is_shared(const throttle_t *h);
 const char *throttle_segment_name(const throttle_t *h);
 const char *throttle_backend(const throttle_t *h);
+int throttle_backend_status(const throttle_t *h, int *up, uint64_t *down_ms,
+                            uint64_t *served);
 const char *throttle_errmsg(const throttle_t *h);
 int throttle_unlink(const char *segment_name);
 int throttle_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
