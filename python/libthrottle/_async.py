@@ -58,7 +58,8 @@ from ._answers import Classifier, Outcome
 from ._base import (_ETIMEDOUT, FOREVER, HAVE_INTERRUPT, Key, Seconds, _key,
                     _klass, _ms, error)
 from ._errors import ECANCELED, EINTR, ETIMEDOUT, Error, ThrottleClosed
-from ._http import Loop, TransportError, _Done, default_throttle
+from ._http import (SENDING, Loop, TransportError, _Done,
+                    default_throttle)
 from ._throttle import Throttle, _calling
 
 POLL_MIN_S = 0.002
@@ -552,9 +553,12 @@ async def arun(key: Key, send: AsyncSender,
 
 async def _attempt(loop: Loop, adm: Optional[AsyncAdmission],
                    send: AsyncSender) -> None:
+    sending = SENDING.set(True)
     try:
         answer = await send(loop.send_timeout())
     except TransportError as e:
         loop.no_answer(adm, e)
     else:
         loop.sent(adm, answer)
+    finally:
+        SENDING.reset(sending)

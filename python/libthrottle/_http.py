@@ -30,6 +30,7 @@ must start again from its first byte: pass bytes).
 """
 
 import contextlib
+import contextvars
 import http.client
 import random
 import ssl
@@ -59,6 +60,11 @@ _PUBLISHED = ("locked", "rate_limited", "unavailable")
 
 _default = None
 _default_lock = threading.Lock()
+
+# True while the loop (run(), arun()) runs a sender: the request it sends
+# is admitted already, and libthrottle.instrument lets it through as it is
+SENDING: "contextvars.ContextVar[bool]" = contextvars.ContextVar(
+    "libthrottle_sending", default=False)
 
 
 def default_throttle() -> Throttle:
@@ -243,12 +249,15 @@ def run(key: Key, send: Sender, throttle: Optional[Throttle] = None,
                     loop.not_admitted(e, t.remaining(key) if isinstance(
                         e, _BY_NAME["ETIMEDOUT"]) else 0.0)
             with adm if adm is not None else contextlib.nullcontext():
+                sending = SENDING.set(True)
                 try:
                     answer = send(loop.send_timeout())
                 except TransportError as e:
                     loop.no_answer(adm, e)
                 else:
                     loop.sent(adm, answer)
+                finally:
+                    SENDING.reset(sending)
             delay = loop.next(adm)
             if delay > 0:
                 sleep(delay)

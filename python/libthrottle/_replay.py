@@ -29,7 +29,8 @@ kept, and the limit could be passed in the middle of a send).
 """
 
 import io
-from typing import Any, AsyncIterable, Iterable, Optional, Union
+from typing import (Any, AsyncIterable, Dict, Iterable, Optional,
+                    Union)
 
 from ._errors import BodyNotReplayable
 
@@ -122,6 +123,15 @@ class ReplayableBody:
         if isinstance(self.data, Bytes):
             return len(self.data)
         return 0
+
+
+def sized_headers(headers: Any, length: int) -> Dict[str, Any]:
+    """A copy of headers (a mapping, or None) for a body of length bytes
+    read into memory: Content-Length, and no Transfer-Encoding."""
+    out = {k: v for k, v in dict(headers or {}).items()
+           if str(k).lower() not in ("transfer-encoding", "content-length")}
+    out["Content-Length"] = str(length)
+    return out
 
 
 async def replayable_async(body: Union[AsyncIterable[Any], Any],

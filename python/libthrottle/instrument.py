@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """libthrottle.instrument — put the HTTP requests of code you do not change
 through the gate: the requests of urllib3 (and so of `requests` and of
-every SDK built on urllib3, such as `hotdata`) and of httpx's synchronous
-transport, where installed, whose method and URL match a rule are admitted under a key made from the URL, their answers are
+every SDK built on urllib3, such as `hotdata`) and of httpx (httpx.Client
+and httpx.AsyncClient), where installed, whose method and URL match a
+rule are admitted under a key made from the URL, their answers are
 classified and published (a lock, a 429, a 503 holds back every process
 of the host, or of every host on one Redis), and per rule either
 
@@ -33,7 +34,8 @@ key's concurrency cap, set on the key's first use in each process: auto
 learns it from the server's lock answers), pool=N (a cap on the scope
 just above the key, shared by every key beneath it; 0: none), retries=N (re-sends,
 default 10), timeout=S (seconds for the whole call, waiting included;
-default 300), host=HOST[:PORT] (only this host).
+default 300), host=HOST[:PORT] (only this host), replay_limit=BYTES (the
+most bytes of a stream body kept to send again; see Bodies).
 Presets: "hotdata" — the Hotdata API's table loads,
 POST /v1/connections/{connection}/schemas/{schema}/tables/{table}/loads
 under hotdata:{header:X-Workspace-Id}/{connection}/{table}, retry, cap=1,
@@ -45,23 +47,41 @@ refusal and one Retry-After the first time.  Its
 429s and 503s hold the whole workspace (the key's root scope,
 hotdata:WORKSPACE).
 
-Bodies: bytes, str and memoryview are sent again as they were; a file
-object that can seek is rewound to where it stood; any other body (a
-generator, a stream) cannot be replayed, so such a request is admitted,
-sent once and its answer returned whatever the rule says.  A request that
-got no answer (a connection error, a read timeout) is reported transient
-and its exception raised: whether it may be sent again is the client's to
-decide.  A request not admitted within the rule's timeout raises
-NotAdmitted (a TimeoutError).  Patched at urllib3's
-HTTPConnectionPool.urlopen, so redirects and urllib3's own retries of one
-admitted request happen inside its admission, and at
-httpx.HTTPTransport.handle_request (httpx bodies given as content= bytes
-or str are replayed, streams sent once; httpx's async transport is not
-patched: waiting there would block the event loop).
+Bodies (retry rules): every attempt sends the bytes of the first
+(libthrottle._replay).  bytes, str and memoryview are sent again as they
+are; a file object that can seek is rewound to where it stood; any other
+body (a generator, an iterator, a pipe, httpx's content= iterator or
+async iterator) is read into memory before the request is admitted, up
+to the rule's replay_limit (bytes; REPLAY_LIMIT, 64 MiB, by default), and
+sent as those bytes with a Content-Length instead of chunked encoding.  A
+stream larger than that raises libthrottle.BodyNotReplayable (a
+ValueError) before anything was admitted or sent; what was read of it is
+lost: pass bytes, a seekable file, or a larger replay_limit=.  surface
+rules (and retries=0) send the body once, as given: a stream is streamed.
+A request that got no answer (a connection error, a read timeout) is
+reported transient and its exception raised: whether it may be sent
+again is the client's to decide.  A request not admitted within the
+rule's timeout raises NotAdmitted (a TimeoutError).
+
+Where: urllib3's HTTPConnectionPool.urlopen, so redirects and urllib3's
+own retries of one admitted request happen inside its admission (a
+requests that sends a chunked body itself, around urlopen, as 2.28 does,
+is not instrumented for such bodies; 2.32 sends them through urlopen);
+httpx.HTTPTransport.handle_request (httpx.Client); and
+httpx.AsyncHTTPTransport.handle_async_request (httpx.AsyncClient), which
+waits through a libthrottle.AsyncThrottle (one per event loop, over the
+same Throttle): a request waiting for the shared back-off, the key's cap
+or its queue never blocks the event loop, and takes no thread of its own
+(libthrottle._async).  A client whose transport is of another class (a
+transport of its own, httpx.MockTransport) is not instrumented.  A
+request sent by one of the package's own clients (libthrottle.requests,
+libthrottle.urllib3, libthrottle.httpx) is admitted by that client, under
+its own key, and passed through here as it is.
 """
 
 import inspect
 import io
+import weakref
 import re
 import sys
 import threading
@@ -69,7 +89,9 @@ import types
 
 from ._base import _key
 from ._errors import Error, GaveUp
-from ._http import default_throttle, run
+from ._http import SENDING, default_throttle, run
+from ._replay import (REPLAY_LIMIT, ReplayableBody, replayable_async,
+                      sized_headers)
 from ._throttle import Throttle
 
 __all__ = ["Rule", "NotAdmitted", "instrument", "uninstrument", "PRESETS",
@@ -99,7 +121,8 @@ class Rule:
 
     def __init__(self, path, key, method="POST", *, retry=True,
                  klass="live", cap=None, pool=None, retries=10,
-                 timeout=300.0, host=None, locked_codes=None):
+                 timeout=300.0, host=None, locked_codes=None,
+                 replay_limit=REPLAY_LIMIT):
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError("path must be a str starting with '/': %r"
                              % (path,))
@@ -124,6 +147,8 @@ class Rule:
         self.retries, self.timeout = int(retries), timeout
         self.host = host.lower() if host else None
         self.locked_codes = locked_codes
+        ReplayableBody(None, replay_limit)  # checks the value
+        self.replay_limit = replay_limit
         if isinstance(self.retries, bool) or self.retries < 0:
             raise ValueError("retries must be an int >= 0: %r" % (retries,))
         if timeout is not None and not timeout > 0:
@@ -178,6 +203,8 @@ class Rule:
                 opts["timeout"] = float(value)
             elif eq and name == "host":
                 opts["host"] = value
+            elif eq and name == "replay_limit":
+                opts["replay_limit"] = int(value)
             else:
                 raise ValueError("unknown rule option %r in %r" % (w, spec))
         return cls(path, key, method, **opts)
@@ -242,19 +269,21 @@ def parse_rules(rules):
 _state = {"rules": [], "throttle": None, "orig": None, "caps": set(),
           "stats": None}
 _lock = threading.Lock()
-_inside = threading.local()
 
 
 def instrument(rules, throttle=None):
     """Route the matching requests of urllib3 (requests, the hotdata SDK,
-    ...) and of httpx's synchronous transport through the gate, in this
-    process, from now on.  rules: Rule
-    objects, rule strings or preset names (see the module); throttle: a
-    Throttle (default: the process's shared one, opened on first use).
-    Calling it again replaces the rules.  Returns a dict of counters
-    (admitted, resent, passed_once, not_admitted) that grows as requests
-    go through, new with each call.  Raises ImportError when neither
-    urllib3 nor httpx is installed."""
+    ...) and of httpx's transports (httpx.Client; httpx.AsyncClient,
+    waiting without blocking the event loop) through the gate, in this
+    process, from now on.  rules: Rule objects, rule strings or preset
+    names (see the module); throttle: a Throttle (default: the process's
+    shared one, opened on first use).  Calling it again replaces the
+    rules.  Returns a dict of counters (admitted, resent, buffered: stream
+    bodies read into memory to be sent again, not_admitted) that grows as
+    requests go through, new with each call.  Raises ImportError when
+    neither urllib3 nor httpx is installed.  A matching request whose
+    stream body is larger than its rule's replay_limit raises
+    BodyNotReplayable, unsent."""
     rules = parse_rules(rules)
     if throttle is not None and not isinstance(throttle, Throttle):
         raise TypeError("throttle must be a libthrottle.Throttle")
@@ -272,7 +301,7 @@ def instrument(rules, throttle=None):
     with _lock:
         _state["rules"], _state["throttle"] = rules, throttle
         _state["caps"] = set()
-        _state["stats"] = dict(admitted=0, resent=0, passed_once=0,
+        _state["stats"] = dict(admitted=0, resent=0, buffered=0,
                                not_admitted=0)
         if cp is not None and _state["orig"] is None:
             orig = cp.HTTPConnectionPool.urlopen
@@ -282,6 +311,10 @@ def instrument(rules, throttle=None):
         if httpx is not None and _state.get("httpx") is None:
             _state["httpx"] = httpx.HTTPTransport.handle_request
             httpx.HTTPTransport.handle_request = _httpx_handle
+            _state["httpx_async"] = \
+                httpx.AsyncHTTPTransport.handle_async_request
+            httpx.AsyncHTTPTransport.handle_async_request = \
+                _httpx_handle_async
         return _state["stats"]
 
 
@@ -295,7 +328,9 @@ def uninstrument():
         if _state.get("httpx") is not None:
             import httpx
             httpx.HTTPTransport.handle_request = _state["httpx"]
-            _state["httpx"] = None
+            httpx.AsyncHTTPTransport.handle_async_request = \
+                _state["httpx_async"]
+            _state["httpx"] = _state["httpx_async"] = None
         _state["rules"] = []
 
 
@@ -317,7 +352,7 @@ def _match(pool, method, url, headers):
 
 def _urlopen(pool, method, url, *args, **kwargs):
     orig = _state["orig"]
-    if getattr(_inside, "active", False) or not _state["rules"]:
+    if SENDING.get() or not _state["rules"]:  # admitted already, or no rule
         return orig(pool, method, url, *args, **kwargs)
     bound = _state["sig"].bind(pool, method, url, *args, **kwargs)
     call = dict(bound.arguments)
@@ -329,26 +364,40 @@ def _urlopen(pool, method, url, *args, **kwargs):
     return _admitted(pool, rule, key, orig, call)
 
 
+def _httpx_match(request):
+    """(rule, key) for an httpx request, or (None, None): no rule matches
+    it, or it is sent by the loop of one of the package's own clients,
+    which admitted it already."""
+    if SENDING.get() or not _state["rules"]:
+        return None, None
+    u = request.url
+    port = u.port or (443 if u.scheme == "https" else 80)
+    path = u.raw_path.decode("ascii", "replace")
+    for r in _state["rules"]:
+        key = r.match(request.method, u.scheme, u.host, port, path,
+                      request.headers)
+        if key is not None:
+            return r, key
+    return None, None
+
+
+def _resends(rule):
+    return rule.retry and rule.retries > 0
+
+
 def _httpx_handle(transport, request):
     """httpx.HTTPTransport.handle_request, through the gate."""
     orig = _state["httpx"]
-    u = request.url
-    port = u.port or (443 if u.scheme == "https" else 80)
-    key = rule = None
-    if _state["rules"]:
-        path = u.raw_path.decode("ascii", "replace")
-        for r in _state["rules"]:
-            key = r.match(request.method, u.scheme, u.host, port, path,
-                          request.headers)
-            if key is not None:
-                rule = r
-                break
+    rule, key = _httpx_match(request)
     if rule is None:
         return orig(transport, request)
     import httpx
-    # a ByteStream (content= bytes or str) is sent again as it is; a
-    # stream (a generator, a file) is sent once
-    replayable = isinstance(request.stream, httpx.ByteStream)
+    from .httpx import _replace_stream
+    if _resends(rule) and not isinstance(request.stream, httpx.ByteStream):
+        # a stream (a generator, a file): read first, sent whole each time
+        body = ReplayableBody(request.stream, rule.replay_limit)
+        _replace_stream(request, body.data)
+        _state["stats"]["buffered"] += 1
 
     def attempt():
         resp = orig(transport, request)
@@ -356,48 +405,92 @@ def _httpx_handle(transport, request):
         if resp.status_code >= 400:
             body = resp.read()  # kept: the client reads it again
         return resp, resp.status_code, resp.headers, body
-    return _through_gate(rule, key, attempt, replayable, None,
-                         lambda resp: resp.close())
+    return _through_gate(rule, key, attempt, lambda resp: resp.close())
 
 
-def _replay(body):
-    """(replayable, rewind): how the body is sent again."""
-    if body is None or isinstance(body, (bytes, bytearray, memoryview, str)):
-        return True, None
-    seek, tell = getattr(body, "seek", None), getattr(body, "tell", None)
-    if callable(seek) and callable(tell):
-        try:
-            if not getattr(body, "seekable", lambda: True)():
-                return False, None
-            pos = tell()
-        except (OSError, ValueError):
-            return False, None
-        return True, lambda: body.seek(pos)
-    return False, None
+async def _httpx_handle_async(transport, request):
+    """httpx.AsyncHTTPTransport.handle_async_request, through the gate:
+    admitted by an AsyncThrottle, so that waiting never blocks the event
+    loop."""
+    orig = _state["httpx_async"]
+    rule, key = _httpx_match(request)
+    if rule is None:
+        return await orig(transport, request)
+    import httpx
+    from .httpx import _replace_stream
+    if _resends(rule) and not isinstance(request.stream, httpx.ByteStream):
+        body = await replayable_async(request.stream, rule.replay_limit)
+        _replace_stream(request, body.data)
+        _state["stats"]["buffered"] += 1
+
+    async def attempt():
+        resp = await orig(transport, request)
+        body = b""
+        if resp.status_code >= 400:
+            body = await resp.aread()  # kept: the client reads it again
+        return resp, resp.status_code, resp.headers, body
+
+    async def discard(resp):
+        await resp.aclose()
+    from ._async import arun
+    t = _async_throttle(_gate(rule, key))
+    last = {"resp": None}
+
+    async def send(_left):
+        if last["resp"] is not None:
+            await discard(last["resp"])
+            last["resp"] = None
+        last["resp"], status, headers, body = await attempt()
+        return status, headers, body
+    try:
+        result = await arun(key, send, t, rule.retries if rule.retry else 0,
+                            rule.timeout, rule.klass, rule.locked_codes,
+                            give_up=False)
+    except GaveUp as e:
+        raise _not_admitted(rule, key, e) from e
+    return _sent(last, result)
+
+
+# the AsyncThrottle of each event loop over the gate's Throttle: an
+# AsyncThrottle serves one loop at a time
+_async_throttles = weakref.WeakKeyDictionary()
+
+
+def _async_throttle(t):
+    import asyncio
+    from ._async import AsyncThrottle
+    loop = asyncio.get_running_loop()
+    with _lock:
+        at = _async_throttles.get(loop)
+        if at is None or at.throttle is not t or at.closed:
+            at = _async_throttles[loop] = AsyncThrottle(t)
+        return at
 
 
 def _admitted(pool, rule, key, orig, call):
-    replayable, rewind = _replay(call.get("body"))
+    body = None
+    if _resends(rule):
+        # bytes as they are, a seekable file rewound, a stream read first
+        body = ReplayableBody(call.get("body"), rule.replay_limit)
+        if body.buffered:
+            call["body"] = body.data
+            call["headers"] = sized_headers(
+                call.get("headers") or pool.headers, len(body.data))
+            call["chunked"] = False
+            _state["stats"]["buffered"] += 1
 
     def attempt():
-        _inside.active = True
-        try:
-            resp = orig(pool, **call)
-        finally:
-            _inside.active = False
-        resp, body = _readable(resp, call)
-        return resp, resp.status, resp.headers, body
-    return _through_gate(rule, key, attempt, replayable, rewind,
-                         lambda resp: resp.release_conn())
+        if body is not None and "body" in call:
+            call["body"] = body.rewind()
+        resp = orig(pool, **call)
+        resp, data = _readable(resp, call)
+        return resp, resp.status, resp.headers, data
+    return _through_gate(rule, key, attempt, lambda resp: resp.release_conn())
 
 
-def _through_gate(rule, key, attempt, replayable, rewind, discard):
-    """Admit, send (attempt() -> (response, status, headers, body)),
-    report, and per rule send again while transient; returns the last
-    response.  rewind() (or None) before a re-send; discard(response) for
-    a transient answer nobody will see."""
+def _gate(rule, key):
+    """The Throttle for rule's key, its cap and pool set on first use."""
     t = _state["throttle"] or default_throttle()
-    stats = _state["stats"]
     if key not in _state["caps"]:
         _state["caps"].add(key)
         try:  # fail open: the gate still admits, uncapped
@@ -407,32 +500,44 @@ def _through_gate(rule, key, attempt, replayable, rewind, discard):
                 t.set_max_parallel(key.rsplit("/", 1)[0], rule.pool)
         except Exception:
             pass
-    retries = rule.retries if rule.retry and replayable else 0
-    if not replayable:
-        stats["passed_once"] += 1
-    last = {"resp": None, "sent": 0}
+    return t
+
+
+def _not_admitted(rule, key, e):
+    _state["stats"]["not_admitted"] += 1
+    return NotAdmitted("%s: not admitted within %s s (%s)"
+                       % (key, rule.timeout, e))
+
+
+def _sent(last, result):
+    stats = _state["stats"]
+    stats["admitted"] += 1
+    stats["resent"] += result[4] - 1
+    return last["resp"]
+
+
+def _through_gate(rule, key, attempt, discard):
+    """Admit, send (attempt() -> (response, status, headers, body)),
+    report, and per rule send again while transient; returns the last
+    response.  discard(response) for a transient answer nobody will
+    see."""
+    t = _gate(rule, key)
+    last = {"resp": None}
 
     def send(_left):
         if last["resp"] is not None:
             discard(last["resp"])
             last["resp"] = None
-        if last["sent"] and rewind is not None:
-            rewind()
-        last["sent"] += 1
         last["resp"], status, headers, body = attempt()
         return status, headers, body
 
     try:
-        _, _, _, _, attempts = run(key, send, t, retries, rule.timeout,
-                                   rule.klass, rule.locked_codes,
-                                   give_up=False)
+        result = run(key, send, t, rule.retries if rule.retry else 0,
+                     rule.timeout, rule.klass, rule.locked_codes,
+                     give_up=False)
     except GaveUp as e:  # nothing was sent: never admitted in time
-        stats["not_admitted"] += 1
-        raise NotAdmitted("%s: not admitted within %s s (%s)"
-                          % (key, rule.timeout, e)) from e
-    stats["admitted"] += 1
-    stats["resent"] += attempts - 1
-    return last["resp"]
+        raise _not_admitted(rule, key, e) from e
+    return _sent(last, result)
 
 
 def _readable(resp, call):

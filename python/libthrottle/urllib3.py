@@ -46,7 +46,7 @@ from urllib3.exceptions import HTTPError as _Urllib3Error
 from ._answers import Classifier
 from ._base import Key, Seconds
 from ._http import TransportError, check_url, run
-from ._replay import REPLAY_LIMIT, ReplayableBody
+from ._replay import REPLAY_LIMIT, ReplayableBody, sized_headers
 from ._throttle import Throttle
 
 __all__ = ["ThrottlePoolManager", "throttle_pool"]
@@ -75,12 +75,8 @@ class _Hook:
         key = self.key(method, url) if callable(self.key) else self.key
         body = ReplayableBody(kw.get("body"), self.replay_limit)
         if body.buffered:
-            headers = dict(kw.get("headers") or default_headers or {})
-            for h in list(headers):
-                if h.lower() in ("transfer-encoding", "content-length"):
-                    del headers[h]
-            headers["Content-Length"] = str(len(body.data))
-            kw["headers"] = headers
+            kw["headers"] = sized_headers(kw.get("headers") or
+                                          default_headers, len(body.data))
             kw.pop("chunked", None)
         preload = kw.pop("preload_content", True)
         decode = kw.pop("decode_content", True)
