@@ -475,9 +475,10 @@ bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
  * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
-/* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
- * not-before readable without it, then return lock_rc (fail open), or
- * THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR as that wait ends. */
+/* throttle_enter() when the mutex is out of reach or the key finds no room
+ * (lock_rc): wait out the not-before readable without the mutex, then
+ * return lock_rc (fail open), or THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR
+ * as that wait ends. */
 int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
                                  int lock_rc, int nowait, uint64_t deadline,
                                  uint64_t *wait_ms);
