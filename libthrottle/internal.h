@@ -380,6 +380,9 @@ void throttle__orphan_msg(const throttle_t *h);
 
 /* clock.c */
 uint64_t throttle__now_ns(void);
+/* clock_gettime() of the kernel's clock, past an interposed C library's
+ * (a faked clock, clock.c): for a deadline the kernel will measure. */
+int throttle__clock_gettime(clockid_t c, struct timespec *ts);
 uint64_t throttle__mono_ns(void);
 /* CLOCK_MONOTONIC when the throttle clock read now (just read by the
  * caller): never earlier than the true reading, at most a suspend of up
