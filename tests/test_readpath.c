@@ -184,6 +184,42 @@ static void test_readpath_open_scopes_guess_is_the_segments(void **state) {
   assert_true(remaining(h, key) > LONG_MS / 2);
 }
 
+/* Two segments alive at once, used in turn from one thread, their
+ * sequences at the same values (two segments made alike count alike):
+ * what the thread remembers of one (a key absent, a key's scopes open)
+ * says nothing of the other. */
+static void test_readpath_two_segments_in_turn(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_backoff(a, "ws/orders", 1), 0);
+  assert_int_equal(throttle_clear(a, "ws/orders"), 0);
+  assert_int_equal(throttle_wait(a, "ws/orders", 0), 0); /* scopes open */
+  assert_int_equal(remaining(a, "tbl"), 0);              /* absent */
+  /* the other segment: the same key at the same record, its scope and
+   * "tbl" backed off by another process, the sequences set to a's */
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
+  struct th_fx other = *fx;
+  other.cfg = cfg;
+  struct pub p = {&other, "ws/orders", "ws", 0, 0};
+  th_reap_ok(fx, th_spawn(fx, child_publishes, &p), HANG_GUARD_MS);
+  struct pub q = {&other, NULL, "tbl", atomic_load(&a->hdr->tseq),
+                  atomic_load(&a->hdr->sgen)};
+  th_reap_ok(fx, th_spawn(fx, child_publishes, &q), HANG_GUARD_MS);
+  throttle_t *b = NULL;
+  assert_int_equal(throttle_open(cfg, &b), 0);
+  for (int round = 0; round < 3; round++) {
+    assert_int_equal(throttle_wait(a, "ws/orders", 0), 0);
+    assert_int_equal(remaining(a, "tbl"), 0);
+    assert_int_equal(throttle_wait(b, "ws/orders", 0), THROTTLE_ETIMEDOUT);
+    assert_true(remaining(b, "tbl") > LONG_MS / 2);
+    assert_int_equal(throttle_wait(b, "tbl", 0), THROTTLE_ETIMEDOUT);
+  }
+  throttle_close(b);
+  throttle_config_free(cfg);
+}
+
 /* ---- fail open ----------------------------------------------------------- */
 
 /* Each key is refused for now, with the time left of a back-off of
@@ -266,6 +302,7 @@ int main(void) {
       T(test_readpath_loop_over_names_in_one_buffer),
       T(test_readpath_absent_guess_is_the_segments),
       T(test_readpath_open_scopes_guess_is_the_segments),
+      T(test_readpath_two_segments_in_turn),
       T(test_readpath_fail_open_honours_scopes),
       T(test_readpath_fail_open_mid_insert_honours_back_offs),
   };
