@@ -239,16 +239,26 @@ static void expect_held(throttle_t *h, const char *const *keys, size_t n) {
 /* The mutex held by a live, stopped process: an admission fails open,
  * but not before the not-before of any scope above the key (a 429 goes
  * to the root scope), as far as it can read it without the mutex. */
-static void test_readpath_fail_open_honours_scopes(void **state) {
-  struct th_fx *fx = fx_of(state);
+/* "ws" backed off 1500 ms, its keys seen, then the mutex held by a live,
+ * stopped process (its pid); *nb a little before that back-off ends. */
+static pid_t stop_mutex_with_ws_held(struct th_fx *fx, throttle_t **h,
+                                     uint64_t *nb) {
   assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 100), 0);
-  throttle_t *h = th_open(fx);
-  assert_int_equal(throttle_backoff(h, "ws", 1500), 0);
-  assert_int_equal(throttle_backoff(h, "ws/orders", 1), 0);
-  assert_int_equal(throttle_backoff(h, "ws/deep/orders", 1), 0);
-  uint64_t nb = th_now_ns() + 1400 * NS_PER_MS;
+  *h = th_open(fx);
+  assert_int_equal(throttle_backoff(*h, "ws", 1500), 0);
+  assert_int_equal(throttle_backoff(*h, "ws/orders", 1), 0);
+  assert_int_equal(throttle_backoff(*h, "ws/deep/orders", 1), 0);
+  *nb = th_now_ns() + 1400 * NS_PER_MS;
   pid_t pid = th_spawn(fx, th_child_sits_on_mutex, fx);
   th_wait_stopped(fx, pid, HANG_GUARD_MS);
+  return pid;
+}
+
+static void test_readpath_fail_open_honours_scopes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h;
+  uint64_t nb;
+  pid_t pid = stop_mutex_with_ws_held(fx, &h, &nb);
   const char *keys[] = {"ws/orders", "ws/deep/orders", "ws/never-seen"};
   expect_held(h, keys, sizeof keys / sizeof keys[0]);
   throttle_ticket_t *t = NULL;
@@ -260,6 +270,28 @@ static void test_readpath_fail_open_honours_scopes(void **state) {
       THROTTLE_ELOCKTIMEOUT);
   assert_null(t);
   assert_true(th_now_ns() >= nb); /* failed open, but not early */
+  kill(pid, SIGKILL);
+  th_reap_killed(fx, pid, HANG_GUARD_MS);
+}
+
+/* The mutex held by a live, stopped process: throttle_remaining() and
+ * throttle_wait() still answer without it, the scopes' not-befores
+ * counted. */
+static void test_readpath_stopped_mutex_readers_honour_scopes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h;
+  uint64_t nb;
+  pid_t pid = stop_mutex_with_ws_held(fx, &h, &nb);
+  const char *keys[] = {"ws/orders", "ws/never-seen", "ws"};
+  for (size_t i = 0; i < 3; i++) {
+    uint64_t ms = 0;
+    assert_int_equal(throttle_remaining(h, keys[i], &ms), 0);
+    assert_true(ms > 0 && ms <= 1500);
+    assert_int_equal(throttle_wait(h, keys[i], 100), THROTTLE_ETIMEDOUT);
+  }
+  /* waits the scope's back-off out without the mutex, then is open */
+  assert_int_equal(throttle_wait(h, "ws/orders", 10000), 0);
+  assert_true(th_now_ns() >= nb);
   kill(pid, SIGKILL);
   th_reap_killed(fx, pid, HANG_GUARD_MS);
 }
@@ -305,6 +337,7 @@ int main(void) {
       T(test_readpath_two_segments_in_turn),
       T(test_readpath_fail_open_honours_scopes),
       T(test_readpath_fail_open_mid_insert_honours_back_offs),
+      T(test_readpath_stopped_mutex_readers_honour_scopes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
