@@ -76,7 +76,7 @@ static void one_buffer_two_keys(struct th_fx *fx, const char *published,
                                 const char *first, const char *key) {
   throttle_t *h = th_open(fx);
   publish_elsewhere(fx, published);
-  char buf[64];
+  char buf[THROTTLE__KEY_MAX + 1];
   strcpy(buf, first);
   assert_int_equal(remaining(h, buf), 0);
   assert_int_equal(throttle_wait(h, buf, 0), 0);
@@ -99,6 +99,30 @@ static void test_readpath_absent_guess_compares_bytes(void **state) {
  * prefix is read from the same buffer with the same length. */
 static void test_readpath_absent_scope_guess_compares_bytes(void **state) {
   one_buffer_two_keys(fx_of(state), "wsB", "wsA/orders", "wsB/orders");
+}
+
+/* Keys at the length an absent key is remembered up to (72 bytes) and
+ * one beyond, differing in their last byte but one (the first and last
+ * bytes, and the length, alike), and a scope of that length. */
+static void test_readpath_absent_guess_at_the_copy_limit(void **state) {
+  struct th_fx *fx = fx_of(state);
+  for (size_t len = 71; len <= 73; len++) {
+    char a[96], b[96], ka[112], kb[112];
+    memset(a, 'k', len);
+    a[len] = 0;
+    a[len - 2] = 'a';
+    memcpy(b, a, len + 1);
+    b[len - 2] = 'b';
+    snprintf(ka, sizeof ka, "%s/t", a);
+    snprintf(kb, sizeof kb, "%s/t", b);
+    for (int scope = 0; scope < 2; scope++) {
+      /* the key b, then the scope b, backed off */
+      one_buffer_two_keys(fx, b, scope ? ka : a, scope ? kb : b);
+      throttle_close(fx->h);
+      fx->h = NULL;
+      assert_int_equal(throttle_unlink(fx->name), 0);
+    }
+  }
 }
 
 /* A loop over table names, each formatted into one buffer (what a
@@ -332,6 +356,7 @@ int main(void) {
       T(test_readpath_absent_guess_compares_bytes),
       T(test_readpath_absent_scope_guess_compares_bytes),
       T(test_readpath_loop_over_names_in_one_buffer),
+      T(test_readpath_absent_guess_at_the_copy_limit),
       T(test_readpath_absent_guess_is_the_segments),
       T(test_readpath_open_scopes_guess_is_the_segments),
       T(test_readpath_two_segments_in_turn),
