@@ -134,9 +134,11 @@ static void test_readpath_loop_over_names_in_one_buffer(void **state) {
   /* names remembered absent with their bytes, and names too long for
    * that (looked up each time) */
   static const char *const prefix[3] = {
-      "ws1", "hotdata:a-workspace-with-a-longer-name",
-      "hotdata:a-workspace-with-a-name-longer-than-what-is-remembered-of-"
-      "an-absent-key"};
+      "ws1",
+      "hotdata:a-workspace-with-a-longer-name",
+      ("hotdata:a-workspace-with-a-name-longer-than-what-is-remembered-of-"
+       "an-absent-key"),
+  };
   char key[128];
   for (int i = 0; i < 3; i++) {
     snprintf(key, sizeof key, "%s/tbl-7", prefix[i]);
