@@ -443,7 +443,8 @@ typedef struct throttle_ticket throttle_ticket_t;
  * given back).  On THROTTLE_EFULL,
  * THROTTLE_ELOCKTIMEOUT and THROTTLE_ECORRUPT the segment is what failed,
  * not the key: fail open (send anyway, honouring Retry-After yourself).
- * Before it returns THROTTLE_ELOCKTIMEOUT or THROTTLE_ECORRUPT it waits out
+ * Before it returns THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT or
+ * THROTTLE_ECORRUPT it waits out
  * the latest not-before of the key and of every scope above it, as far as
  * it can read them without the mutex, so
  * failing open is never early (THROTTLE_ETIMEDOUT if that lies past the

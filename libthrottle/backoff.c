@@ -191,15 +191,16 @@ uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
   return most;
 }
 
-/* The mutex is out of reach (lock_rc): the caller will fail open and send
- * anyway, but not before the not-before it can still read without the
- * mutex (I1 holds even then).  Returns lock_rc after that wait, or
- * THROTTLE_EWOULDBLOCK / THROTTLE_ETIMEDOUT / THROTTLE_EINTR as the wait
- * itself ends. */
+/* The mutex is out of reach, or the table has no room for the key
+ * (lock_rc): the caller will fail open and send anyway, but not before the
+ * not-before it can still read without the mutex (I1 holds even then).
+ * Returns lock_rc after that wait, or THROTTLE_EWOULDBLOCK /
+ * THROTTLE_ETIMEDOUT / THROTTLE_EINTR as the wait itself ends. */
 int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
                                  int lock_rc, int nowait, uint64_t deadline,
                                  uint64_t *wait_ms) {
-  if (lock_rc != THROTTLE_ELOCKTIMEOUT && lock_rc != THROTTLE_ECORRUPT)
+  if (lock_rc != THROTTLE_ELOCKTIMEOUT && lock_rc != THROTTLE_ECORRUPT &&
+      lock_rc != THROTTLE_EFULL)
     return lock_rc;
   char why[512];
   snprintf(why, sizeof why, "%s", throttle_errmsg(h));

@@ -47,6 +47,49 @@
  * cache line; it may therefore be up to 1 ms old. */
 static _Atomic uint64_t seen_now, seen_mono;
 
+/* The kernel's clock, whatever the C library's clock_gettime() says.  A
+ * process run under a clock interposer (libfaketime, LD_PRELOAD'ed by a
+ * test of date logic) reads CLOCK_BOOTTIME and CLOCK_MONOTONIC as the
+ * faked date, decades away from every other process's: every not-before
+ * in the segment looked long passed to it, and every other process's
+ * holder long past its lease, reclaimed while it still sends.  The host
+ * shares one kernel clock, so the library reads that: the C library's
+ * (the vDSO, no system call) once it has agreed with the kernel's within
+ * a second, the system call otherwise (a process in another time
+ * namespace reads its namespace's either way).  Judged at the first
+ * reading of each process, with CLOCK_BOOTTIME; a fork inherits the
+ * judgement. */
+enum { CLOCK_UNJUDGED, CLOCK_LIBC, CLOCK_KERNEL };
+static _Atomic int clock_path;
+
+static int kernel_clock(clockid_t c, struct timespec *ts) {
+  return (int)syscall(SYS_clock_gettime, c, ts);
+}
+
+static __attribute__((noinline)) int clock_judge(void) {
+  struct timespec a, k;
+  if (clock_gettime(CLOCK_BOOTTIME, &a) != 0)
+    return CLOCK_UNJUDGED; /* the fallbacks below; judged again later */
+  long long d = 0;
+  /* a sandbox that refuses the system call leaves the vDSO's */
+  if (kernel_clock(CLOCK_BOOTTIME, &k) == 0)
+    d = (long long)a.tv_sec - (long long)k.tv_sec;
+  int p = d > 1 || d < -1 ? CLOCK_KERNEL : CLOCK_LIBC;
+  atomic_store_explicit(&clock_path, p, memory_order_relaxed);
+  return p;
+}
+
+static inline int read_clock(clockid_t c, struct timespec *ts) {
+  int p = atomic_load_explicit(&clock_path, memory_order_relaxed);
+  if (__builtin_expect(p == CLOCK_UNJUDGED, 0))
+    p = clock_judge();
+  return p == CLOCK_KERNEL ? kernel_clock(c, ts) : clock_gettime(c, ts);
+}
+
+int throttle__clock_gettime(clockid_t c, struct timespec *ts) {
+  return read_clock(c, ts);
+}
+
 static uint64_t remember(_Atomic uint64_t *seen, const struct timespec *ts) {
   uint64_t v = (uint64_t)ts->tv_sec * UINT64_C(1000000000) +
                (uint64_t)ts->tv_nsec;
@@ -58,15 +101,15 @@ static uint64_t remember(_Atomic uint64_t *seen, const struct timespec *ts) {
 
 uint64_t throttle__now_ns(void) {
   struct timespec ts;
-  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_BOOTTIME, &ts)) == 0 ||
-      THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) == 0)
+  if (THROTTLE__SYS(CLOCK, -1, read_clock(CLOCK_BOOTTIME, &ts)) == 0 ||
+      THROTTLE__SYS(CLOCK, -1, read_clock(CLOCK_MONOTONIC, &ts)) == 0)
     return remember(&seen_now, &ts);
   return atomic_load_explicit(&seen_now, memory_order_relaxed);
 }
 
 uint64_t throttle__mono_ns(void) {
   struct timespec ts;
-  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) == 0)
+  if (THROTTLE__SYS(CLOCK, -1, read_clock(CLOCK_MONOTONIC, &ts)) == 0)
     return remember(&seen_mono, &ts);
   return atomic_load_explicit(&seen_mono, memory_order_relaxed);
 }
@@ -90,7 +133,7 @@ uint64_t throttle__mono_at(uint64_t now) {
       now >= off_ns)
     return now - off_ns;
   struct timespec ts;
-  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC, &ts)) != 0) {
+  if (THROTTLE__SYS(CLOCK, -1, read_clock(CLOCK_MONOTONIC, &ts)) != 0) {
     off_at = 0; /* no reading to measure with: the fallback, and again */
     return throttle__mono_ns();
   }
@@ -113,7 +156,7 @@ uint64_t throttle__mono_at(uint64_t now) {
 uint64_t throttle__now_coarse_ns(void) {
   struct timespec ts;
   if (off_at != 0 &&
-      THROTTLE__SYS(CLOCK, -1, clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)) ==
+      THROTTLE__SYS(CLOCK, -1, read_clock(CLOCK_MONOTONIC_COARSE, &ts)) ==
           0) {
     uint64_t v = (uint64_t)ts.tv_sec * UINT64_C(1000000000) +
                  (uint64_t)ts.tv_nsec + off_ns;

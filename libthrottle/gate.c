@@ -343,6 +343,12 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
                                              now, &r);
     if (rc != 0) {
       throttle__unlock(h);
+      /* No room for the key (EFULL): the caller fails open, but its
+       * scopes' records may still say "not before" (a 429 on the
+       * workspace), and those it honours first, as with the mutex out of
+       * reach. */
+      rc = throttle__honour_nb_unlocked(h, t->key, len, rc, nowait, deadline,
+                                        wait_ms);
       break;
     }
     r->last_use_ns = now;

@@ -380,6 +380,9 @@ void throttle__orphan_msg(const throttle_t *h);
 
 /* clock.c */
 uint64_t throttle__now_ns(void);
+/* clock_gettime() of the kernel's clock, past an interposed C library's
+ * (a faked clock, clock.c): for a deadline the kernel will measure. */
+int throttle__clock_gettime(clockid_t c, struct timespec *ts);
 uint64_t throttle__mono_ns(void);
 /* CLOCK_MONOTONIC when the throttle clock read now (just read by the
  * caller): never earlier than the true reading, at most a suspend of up
@@ -475,9 +478,10 @@ bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
  * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,
                              size_t len);
-/* throttle_enter() when the mutex is out of reach (lock_rc): wait out the
- * not-before readable without it, then return lock_rc (fail open), or
- * THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR as that wait ends. */
+/* throttle_enter() when the mutex is out of reach or the key finds no room
+ * (lock_rc): wait out the not-before readable without the mutex, then
+ * return lock_rc (fail open), or THROTTLE_EWOULDBLOCK / ETIMEDOUT / EINTR
+ * as that wait ends. */
 int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
                                  int lock_rc, int nowait, uint64_t deadline,
                                  uint64_t *wait_ms);

@@ -655,7 +655,7 @@ static int lock_timed(throttle_t *h) {
   struct timespec ts;
   /* No clock: a deadline already past, so the lock is tried once and the
    * caller gets THROTTLE_ELOCKTIMEOUT rather than a garbage timeout. */
-  if (THROTTLE__SYS(CLOCK, -1, clock_gettime(LOCK_CLOCK, &ts)) != 0) {
+  if (THROTTLE__SYS(CLOCK, -1, throttle__clock_gettime(LOCK_CLOCK, &ts)) != 0) {
     ts.tv_sec = 0;
     ts.tv_nsec = 0;
     return LOCK_MUTEX(&h->hdr->mutex, &ts);

@@ -57,9 +57,29 @@ static inline unsigned scan_word(uint64_t w, unsigned k, uint64_t *bad,
   return (unsigned)(((sl >> 7) * ONES) >> 56); /* the bytes' sum */
 }
 
+/* Can key (no C0 control byte, no 0x7f) be quoted in a message that may
+ * reach a terminal?  Only when it is UTF-8 without a C1 control
+ * (U+0080..U+009F: U+009B is a CSI to some terminals, as is a raw 0x9b
+ * byte to an 8-bit one). */
+static bool key_printable(const unsigned char *k, size_t len) {
+  for (size_t i = 0; i < len;) {
+    unsigned char c = k[i];
+    size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
+                            : c >= 0xe0 && c <= 0xef ? 3
+                            : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n == 0 || i + n > len || (c == 0xc2 && k[i + 1] < 0xa0))
+      return false;
+    for (size_t j = 1; j < n; j++)
+      if ((k[i + j] & 0xc0) != 0x80)
+        return false;
+    i += n;
+  }
+  return true;
+}
+
 /* Why key (len bytes, known bad) is refused.  The control bytes first:
- * only a key without any is quoted in the message (which may reach a
- * terminal). */
+ * only a key without any (C0, DEL or C1) is quoted in the message (which
+ * may reach a terminal). */
 static int key_refused(const throttle_t *h, const char *key, size_t len,
                        unsigned scopes) {
   for (size_t i = 0; i < len; i++) {
@@ -70,18 +90,22 @@ static int key_refused(const throttle_t *h, const char *key, size_t len,
                             "keys are printable",
                             c, i);
   }
+  /* "key \"...\" " when it can be shown, else "key " */
+  bool show = key_printable((const unsigned char *)key, len);
+  int qlen = show ? (int)len : 0;
+  const char *q = show ? "\"" : "", *sp = show ? "\" " : "";
   for (size_t i = 0; i < len; i++) {
     if (key[i] == '/' && (i == 0 || i + 1 == len || key[i + 1] == '/'))
       return throttle__fail(
           h, THROTTLE_EKEY,
-          "key \"%.*s\" has an empty name at byte %zu: keys are paths of "
+          "key %s%.*s%shas an empty name at byte %zu: keys are paths of "
           "names joined by '/' (no leading, trailing or double '/')",
-          (int)len, key, i == 0 || i + 1 == len ? i : i + 1);
+          q, qlen, key, sp, i == 0 || i + 1 == len ? i : i + 1);
   }
   return throttle__fail(h, THROTTLE_EKEY,
-                        "key \"%.*s\" has %u scopes; at most %d "
+                        "key %s%.*s%shas %u scopes; at most %d "
                         "(THROTTLE_KEY_MAX_SCOPES)",
-                        (int)len, key, scopes, THROTTLE_KEY_MAX_SCOPES);
+                        q, qlen, key, sp, scopes, THROTTLE_KEY_MAX_SCOPES);
 }
 
 int throttle__key_len(const throttle_t *h, const char *key, size_t *len) {

@@ -49,7 +49,8 @@ static void fill(throttle_t *h) {
 }
 
 /* Another process asks for key: held (EWOULDBLOCK, more than half of
- * LONG_MS to wait, when held), or admitted. */
+ * LONG_MS to wait, when held; with held 2, by a back-off, so that a wait
+ * of 100 ms ends ETIMEDOUT too), or admitted. */
 struct ask {
   struct th_fx *fx;
   const char *key;
@@ -66,6 +67,11 @@ static int child_asks(void *p) {
   if (a->held) {
     TH_CHILD_CHECK(rc == THROTTLE_EWOULDBLOCK);
     TH_CHILD_CHECK(wait_ms == 0 || wait_ms > LONG_MS / 2);
+    TH_CHILD_CHECK(a->held == 1 || (wait_ms > LONG_MS / 2 &&
+                                    throttle_enter(h, a->key,
+                                                   THROTTLE_CLASS_LIVE, 100,
+                                                   &t) == THROTTLE_ETIMEDOUT &&
+                                    t == NULL));
   } else {
     TH_CHILD_CHECK(rc == 0);
     TH_CHILD_CHECK(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0) == 0);
@@ -176,6 +182,19 @@ static void test_full_forgotten_episode_is_evicted(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* A key that finds no room (EFULL: the caller fails open and sends) still
+ * honours the back-off of a scope above it that has a record: a 429 on
+ * the workspace holds a table never seen before, full table or not; and
+ * a wait bounded below that back-off ends ETIMEDOUT, not EFULL. */
+static void test_full_no_room_honours_scopes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = open_cap(fx, CAP);
+  assert_int_equal(throttle_backoff(h, "ws", LONG_MS), 0);
+  fill(h);
+  assert_int_equal(throttle_backoff(h, "ws/never-seen", 1), THROTTLE_EFULL);
+  ask_elsewhere(fx, "ws/never-seen", 2);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -185,6 +204,7 @@ int main(void) {
       T(test_full_scope_in_episode_not_evicted),
       T(test_full_key_in_episode_not_evicted),
       T(test_full_forgotten_episode_is_evicted),
+      T(test_full_no_room_honours_scopes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

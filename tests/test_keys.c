@@ -91,6 +91,17 @@ static void check_syntax(throttle_t *h) {
       "0123456789abcde\x1b", "\x1b[2Jorders", "/a//\x1b]0;t"};
   for (size_t i = 0; i < sizeof control / sizeof control[0]; i++)
     expect_refused(h, control[i], "control byte");
+  /* refused for another reason, holding a C1 control (U+009B, a CSI to
+   * some terminals; a raw 0x9b byte, one to an 8-bit terminal): the
+   * message says why without quoting them */
+  static const char *const c1[] = {"a//\xc2\x9b" "2J", "a//\x9b" "2J",
+                                   "\xc2\x85/", "ws\x9b/"};
+  for (size_t i = 0; i < sizeof c1 / sizeof c1[0]; i++) {
+    expect_refused(h, c1[i], "empty name");
+    if (strchr(throttle_errmsg(h), '\x9b') != NULL ||
+        strstr(throttle_errmsg(h), "\xc2\x85") != NULL)
+      fail_msg("key %zu: the message quotes a C1 control", i);
+  }
   static const char *const good[] = {
       "a", "hotdata:ws1/orders", "a b/c d", "caf\xc3\xa9/t\xc3\xa4\x62le",
       "x/y/z", "0123456789abcdef/0123456789abcdef/0", "~!@#$%^&*()_+"};

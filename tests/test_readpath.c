@@ -76,7 +76,7 @@ static void one_buffer_two_keys(struct th_fx *fx, const char *published,
                                 const char *first, const char *key) {
   throttle_t *h = th_open(fx);
   publish_elsewhere(fx, published);
-  char buf[64];
+  char buf[THROTTLE__KEY_MAX + 1];
   strcpy(buf, first);
   assert_int_equal(remaining(h, buf), 0);
   assert_int_equal(throttle_wait(h, buf, 0), 0);
@@ -101,6 +101,30 @@ static void test_readpath_absent_scope_guess_compares_bytes(void **state) {
   one_buffer_two_keys(fx_of(state), "wsB", "wsA/orders", "wsB/orders");
 }
 
+/* Keys at the length an absent key is remembered up to (72 bytes) and
+ * one beyond, differing in their last byte but one (the first and last
+ * bytes, and the length, alike), and a scope of that length. */
+static void test_readpath_absent_guess_at_the_copy_limit(void **state) {
+  struct th_fx *fx = fx_of(state);
+  for (size_t len = 71; len <= 73; len++) {
+    char a[96], b[96], ka[112], kb[112];
+    memset(a, 'k', len);
+    a[len] = 0;
+    a[len - 2] = 'a';
+    memcpy(b, a, len + 1);
+    b[len - 2] = 'b';
+    snprintf(ka, sizeof ka, "%s/t", a);
+    snprintf(kb, sizeof kb, "%s/t", b);
+    for (int scope = 0; scope < 2; scope++) {
+      /* the key b, then the scope b, backed off */
+      one_buffer_two_keys(fx, b, scope ? ka : a, scope ? kb : b);
+      throttle_close(fx->h);
+      fx->h = NULL;
+      assert_int_equal(throttle_unlink(fx->name), 0);
+    }
+  }
+}
+
 /* A loop over table names, each formatted into one buffer (what a
  * binding does when its runtime reuses a string's address): the one
  * backed off is seen whichever came before it. */
@@ -110,9 +134,11 @@ static void test_readpath_loop_over_names_in_one_buffer(void **state) {
   /* names remembered absent with their bytes, and names too long for
    * that (looked up each time) */
   static const char *const prefix[3] = {
-      "ws1", "hotdata:a-workspace-with-a-longer-name",
-      "hotdata:a-workspace-with-a-name-longer-than-what-is-remembered-of-"
-      "an-absent-key"};
+      "ws1",
+      "hotdata:a-workspace-with-a-longer-name",
+      ("hotdata:a-workspace-with-a-name-longer-than-what-is-remembered-of-"
+       "an-absent-key"),
+  };
   char key[128];
   for (int i = 0; i < 3; i++) {
     snprintf(key, sizeof key, "%s/tbl-7", prefix[i]);
@@ -184,6 +210,42 @@ static void test_readpath_open_scopes_guess_is_the_segments(void **state) {
   assert_true(remaining(h, key) > LONG_MS / 2);
 }
 
+/* Two segments alive at once, used in turn from one thread, their
+ * sequences at the same values (two segments made alike count alike):
+ * what the thread remembers of one (a key absent, a key's scopes open)
+ * says nothing of the other. */
+static void test_readpath_two_segments_in_turn(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_backoff(a, "ws/orders", 1), 0);
+  assert_int_equal(throttle_clear(a, "ws/orders"), 0);
+  assert_int_equal(throttle_wait(a, "ws/orders", 0), 0); /* scopes open */
+  assert_int_equal(remaining(a, "tbl"), 0);              /* absent */
+  /* the other segment: the same key at the same record, its scope and
+   * "tbl" backed off by another process, the sequences set to a's */
+  throttle_config_t *cfg = throttle_config_new();
+  assert_non_null(cfg);
+  assert_int_equal(throttle_config_set_segment(cfg, th_extra_name(fx)), 0);
+  struct th_fx other = *fx;
+  other.cfg = cfg;
+  struct pub p = {&other, "ws/orders", "ws", 0, 0};
+  th_reap_ok(fx, th_spawn(fx, child_publishes, &p), HANG_GUARD_MS);
+  struct pub q = {&other, NULL, "tbl", atomic_load(&a->hdr->tseq),
+                  atomic_load(&a->hdr->sgen)};
+  th_reap_ok(fx, th_spawn(fx, child_publishes, &q), HANG_GUARD_MS);
+  throttle_t *b = NULL;
+  assert_int_equal(throttle_open(cfg, &b), 0);
+  for (int round = 0; round < 3; round++) {
+    assert_int_equal(throttle_wait(a, "ws/orders", 0), 0);
+    assert_int_equal(remaining(a, "tbl"), 0);
+    assert_int_equal(throttle_wait(b, "ws/orders", 0), THROTTLE_ETIMEDOUT);
+    assert_true(remaining(b, "tbl") > LONG_MS / 2);
+    assert_int_equal(throttle_wait(b, "tbl", 0), THROTTLE_ETIMEDOUT);
+  }
+  throttle_close(b);
+  throttle_config_free(cfg);
+}
+
 /* ---- fail open ----------------------------------------------------------- */
 
 /* Each key is refused for now, with the time left of a back-off of
@@ -203,16 +265,26 @@ static void expect_held(throttle_t *h, const char *const *keys, size_t n) {
 /* The mutex held by a live, stopped process: an admission fails open,
  * but not before the not-before of any scope above the key (a 429 goes
  * to the root scope), as far as it can read it without the mutex. */
-static void test_readpath_fail_open_honours_scopes(void **state) {
-  struct th_fx *fx = fx_of(state);
+/* "ws" backed off 1500 ms, its keys seen, then the mutex held by a live,
+ * stopped process (its pid); *nb a little before that back-off ends. */
+static pid_t stop_mutex_with_ws_held(struct th_fx *fx, throttle_t **h,
+                                     uint64_t *nb) {
   assert_int_equal(throttle_config_set_lock_timeout(fx->cfg, 100), 0);
-  throttle_t *h = th_open(fx);
-  assert_int_equal(throttle_backoff(h, "ws", 1500), 0);
-  assert_int_equal(throttle_backoff(h, "ws/orders", 1), 0);
-  assert_int_equal(throttle_backoff(h, "ws/deep/orders", 1), 0);
-  uint64_t nb = th_now_ns() + 1400 * NS_PER_MS;
+  *h = th_open(fx);
+  assert_int_equal(throttle_backoff(*h, "ws", 1500), 0);
+  assert_int_equal(throttle_backoff(*h, "ws/orders", 1), 0);
+  assert_int_equal(throttle_backoff(*h, "ws/deep/orders", 1), 0);
+  *nb = th_now_ns() + 1400 * NS_PER_MS;
   pid_t pid = th_spawn(fx, th_child_sits_on_mutex, fx);
   th_wait_stopped(fx, pid, HANG_GUARD_MS);
+  return pid;
+}
+
+static void test_readpath_fail_open_honours_scopes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h;
+  uint64_t nb;
+  pid_t pid = stop_mutex_with_ws_held(fx, &h, &nb);
   const char *keys[] = {"ws/orders", "ws/deep/orders", "ws/never-seen"};
   expect_held(h, keys, sizeof keys / sizeof keys[0]);
   throttle_ticket_t *t = NULL;
@@ -224,6 +296,28 @@ static void test_readpath_fail_open_honours_scopes(void **state) {
       THROTTLE_ELOCKTIMEOUT);
   assert_null(t);
   assert_true(th_now_ns() >= nb); /* failed open, but not early */
+  kill(pid, SIGKILL);
+  th_reap_killed(fx, pid, HANG_GUARD_MS);
+}
+
+/* The mutex held by a live, stopped process: throttle_remaining() and
+ * throttle_wait() still answer without it, the scopes' not-befores
+ * counted. */
+static void test_readpath_stopped_mutex_readers_honour_scopes(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h;
+  uint64_t nb;
+  pid_t pid = stop_mutex_with_ws_held(fx, &h, &nb);
+  const char *keys[] = {"ws/orders", "ws/never-seen", "ws"};
+  for (size_t i = 0; i < 3; i++) {
+    uint64_t ms = 0;
+    assert_int_equal(throttle_remaining(h, keys[i], &ms), 0);
+    assert_true(ms > 0 && ms <= 1500);
+    assert_int_equal(throttle_wait(h, keys[i], 100), THROTTLE_ETIMEDOUT);
+  }
+  /* waits the scope's back-off out without the mutex, then is open */
+  assert_int_equal(throttle_wait(h, "ws/orders", 10000), 0);
+  assert_true(th_now_ns() >= nb);
   kill(pid, SIGKILL);
   th_reap_killed(fx, pid, HANG_GUARD_MS);
 }
@@ -264,10 +358,13 @@ int main(void) {
       T(test_readpath_absent_guess_compares_bytes),
       T(test_readpath_absent_scope_guess_compares_bytes),
       T(test_readpath_loop_over_names_in_one_buffer),
+      T(test_readpath_absent_guess_at_the_copy_limit),
       T(test_readpath_absent_guess_is_the_segments),
       T(test_readpath_open_scopes_guess_is_the_segments),
+      T(test_readpath_two_segments_in_turn),
       T(test_readpath_fail_open_honours_scopes),
       T(test_readpath_fail_open_mid_insert_honours_back_offs),
+      T(test_readpath_stopped_mutex_readers_honour_scopes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

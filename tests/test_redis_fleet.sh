@@ -40,9 +40,9 @@ srv=""
 pids=""
 segA="tt-${TH_TEST_TAG:-}rf-a-$$"
 segB="tt-${TH_TEST_TAG:-}rf-b-$$"
-# The host an hour ahead has a segment of its own: faketime shifts every
-# clock of the processes it runs, CLOCK_BOOTTIME too, which no real host's
-# processes disagree on.
+# The host an hour ahead has a segment of its own: faketime shifts the
+# wall clock of the processes it runs (the library reads CLOCK_BOOTTIME
+# from the kernel, past faketime, as every process of a host shares it).
 segC="tt-${TH_TEST_TAG:-}rf-c-$$"
 cleanup() {
   for p in $pids; do kill "$p" 2>/dev/null; done

@@ -678,7 +678,9 @@ class Throttle:
     def info(self, key: Key) -> Dict[str, Any]:
         """A snapshot of one key: a dict with the fields of
         throttle_field_name() ("remaining_ms", "in_flight", "cap", ...),
-        "key", "scope" (the key's own scope: its prefix at the last '/', or
+        "key", "key_bytes" (its exact bytes: a key that is not UTF-8 has
+        U+FFFD for such bytes in "key", and only "key_bytes" names it),
+        "scope" (the key's own scope: its prefix at the last '/', or
         None), "holders" (pid, age_ms, klass, probe, and host: "" on
         the segment, the holder's host on Redis) and "waiters" (the same
         but probe, in arrival order, the first 32).  A scope's snapshot is
@@ -721,10 +723,10 @@ class Throttle:
         """What the keys beneath scope do, as `throttlectl show SCOPE`:
         {"keys": n, "in_flight": n, "waiting": n} summed over every key
         whose name starts with scope + "/"."""
-        prefix = _text(_key(scope)) + "/"
+        prefix = _key(scope) + b"/"  # bytes: two scopes not UTF-8 differ
         out = {"keys": 0, "in_flight": 0, "waiting": 0}
         for k in self.keys():
-            if k["key"].startswith(prefix):
+            if k["key_bytes"].startswith(prefix):
                 out["keys"] += 1
                 out["in_flight"] += k["in_flight"]
                 out["waiting"] += k["waiting_live"] + k["waiting_backfill"]
@@ -778,9 +780,12 @@ while True:
 
 
 def _snapshot(info):
-    key = _text(_core.throttle_info_key(info))
-    # the key's own scope, its prefix at the last '/' (as throttlectl's JSON)
-    d = {"key": key, "scope": key.rpartition("/")[0] or None}
+    raw = _core.throttle_info_key(info)
+    key = _text(raw)
+    # the key's own scope, its prefix at the last '/' (as throttlectl's JSON);
+    # key_bytes names it exactly when it is not UTF-8 (key then has U+FFFD)
+    d = {"key": key, "key_bytes": bytes(raw or b""),
+         "scope": key.rpartition("/")[0] or None}
     for i, name in enumerate(_FIELDS):
         d[name] = _core.throttle_info_get(info, i)
     holders = []

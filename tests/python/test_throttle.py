@@ -44,6 +44,24 @@ def test_keys_wrong_type_is_a_type_error(t, key):
             call()
 
 
+def test_keys_not_utf8_named_by_key_bytes(t):
+    # two keys that differ only in bytes that are not UTF-8 read alike in
+    # "key"; "key_bytes" names each, for a call on it
+    for k in (b"ws/t\xff", b"ws/t\xfe"):
+        t.backoff(k, 30)
+    snaps = t.keys()
+    assert [s["key"] for s in snaps] == ["ws/t\ufffd", "ws/t\ufffd"]
+    assert sorted(s["key_bytes"] for s in snaps) == [b"ws/t\xfe", b"ws/t\xff"]
+    assert t.beneath(b"ws/t\xff") == {"keys": 0, "in_flight": 0, "waiting": 0}
+    t.backoff(b"ws\xff/a", 30)
+    t.backoff(b"ws\xfe/b", 30)
+    assert t.beneath(b"ws\xff")["keys"] == 1
+    for s in snaps:
+        assert t.info(s["key_bytes"])["key_bytes"] == s["key_bytes"]
+        t.clear(s["key_bytes"])
+        assert t.remaining(s["key_bytes"]) == 0
+
+
 @pytest.mark.parametrize("key", ["", b"", "x" * 256, "a\0b", b"\0",
                                  "\udcff"])
 def test_keys_bad_key_is_ekey(t, key):
