@@ -135,6 +135,7 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
       .segment_name = throttle_segment_name(h),
       .url = url,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
+      .store_max_ms = throttle__seg_max_ns(h) / THROTTLE__NS_PER_MS,
       .lease_ms = h->lease_ms,
       .info_size = (uint32_t)sizeof(throttle_info_t),
       .intr = h->intr,

@@ -30,14 +30,14 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 3u
+#define THROTTLE__BACKEND_ABI 4u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
 
 /* What the core hands a backend at open. */
 struct throttle__be_params {
   const char *url;        /* as the user gave it */
-  uint64_t max_delay_ms;  /* this process's maximum delay */
+  uint64_t max_delay_ms;  /* this process's maximum delay: what it honours */
   uint32_t lease_ms;      /* this process's lease */
   uint32_t info_size;     /* sizeof(throttle_info_t), checked by the module */
   /* throttle_config_set_interrupt(): asked at least every intr_period_ms
@@ -52,6 +52,10 @@ struct throttle__be_params {
   uint32_t (*segment_count)(void *arg, const char *key);
   void *segment_arg;
   const char *segment_name;
+  /* The most any publish from this host may store: the host segment's
+   * maximum delay at open (a process's own maximum bounds only what it
+   * honours, never what it writes for the others). */
+  uint64_t store_max_ms;
 };
 
 /* Setting kinds for set(). */

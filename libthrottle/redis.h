@@ -184,7 +184,8 @@ struct rds {
   uint32_t timeout_ms;  /* connect and command */
   uint32_t liveness_ms; /* a dead holder is reclaimed within this */
   uint64_t ttl_ms;
-  uint64_t max_delay_ms;
+  uint64_t max_delay_ms; /* what this process honours */
+  uint64_t store_max_ms; /* what a publish may store (the segment's max) */
   uint32_t lease_ms;
   int (*intr)(void *arg); /* the caller's interrupt check, or NULL */
   void *intr_arg;

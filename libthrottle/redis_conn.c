@@ -500,7 +500,7 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
                              enum rds_script s, const char *key, int argc,
                              const char **argv, rds_keyname *keys) {
   static const char *const kinds[NKEYS] = {"k", "w", "wi", "x", "b"};
-  char qp[KEYNAME_MAX], ttl[24], maxd[24], nkeys[8];
+  char qp[KEYNAME_MAX], ttl[24], maxd[48], nkeys[8];
   const char *av[3 + NKEYS + 2 * NSCOPES_MAX + NCOMMON + 16];
   int nk = 0;
   for (int i = 0; i < NKEYS; i++, nk++)
@@ -518,7 +518,10 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
   }
   rds_key(qp, sizeof qp, "q", key);
   snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)r->ttl_ms);
-  snprintf(maxd, sizeof maxd, "%llu", (unsigned long long)r->max_delay_ms);
+  /* HONOUR/STORE: this caller's own maximum (what it waits out) and the
+   * most it may store for the others (common.lua) */
+  snprintf(maxd, sizeof maxd, "%llu/%llu", (unsigned long long)r->max_delay_ms,
+           (unsigned long long)r->store_max_ms);
   snprintf(nkeys, sizeof nkeys, "%d", nk);
   int n = 0;
   av[n++] = "EVALSHA";

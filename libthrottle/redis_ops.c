@@ -98,6 +98,7 @@ static int rds_open(const struct throttle__be_params *p, void **out,
   r->ttl_ms = throttle__env_number("THROTTLE_REDIS_TTL_MS", RDS_DEFAULT_TTL_MS, 1000,
                      UINT64_C(86400000) * 366, warn, sizeof warn);
   r->max_delay_ms = p->max_delay_ms;
+  r->store_max_ms = p->store_max_ms != 0 ? p->store_max_ms : p->max_delay_ms;
   r->lease_ms = p->lease_ms;
   r->intr = p->intr;
   r->intr_arg = p->intr_arg;

@@ -5,13 +5,21 @@
 -- then a state and a beneath hash per scope (see the scopes section; the
 -- last scope's state hash is also where the learned cap seeds its
 -- siblings: see seed below).
--- ARGV 1..4: queue key prefix, idle TTL ms, this caller's max delay ms,
--- the key's name (kept in the state hash for listings).
+-- ARGV 1..4: queue key prefix, idle TTL ms, HONOUR/STORE (this caller's
+-- own max delay ms, which bounds only what it waits out, and the most it
+-- may store for the others: its host segment's max delay), the key's name
+-- (kept in the state hash for listings).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local QP, TTL, MAXD = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local QP, TTL = ARGV[1], tonumber(ARGV[2])
+local MAXD, MAXS
+do
+  local a, b = string.match(ARGV[3], '^(%d+)/(%d+)$')
+  MAXD = tonumber(a or ARGV[3]) or 0
+  MAXS = tonumber(b or '') or MAXD
+end
 local NAME = ARGV[4]
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
@@ -447,7 +455,7 @@ end
 local function scope_publish(ms, pid, pub_at)
   for _, sc in ipairs(SC) do
     if #sc.name == pub_at then
-      if ms > MAXD then ms = MAXD end
+      if ms > MAXS then ms = MAXS end
       if now + ms > sc_nb(sc) then sp(sc, 'nb', now + ms) end
       sp(sc, 'episode', 1)
       sp(sc, 'publishes', sg(sc, 'publishes') + 1)
@@ -674,7 +682,7 @@ local function grant(self)
 end
 
 local function publish(ms, pid)
-  if ms > MAXD then ms = MAXD end
+  if ms > MAXS then ms = MAXS end
   local want = now + ms
   if want > clamp_nb() then p('nb', want) end
   p('episode', 1)

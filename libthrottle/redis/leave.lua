@@ -65,7 +65,7 @@ if publish_it then
     -- it was written after Redis had the back-off, so that time is late
     -- by a round trip or a scheduling delay: a second of slack, as for
     -- the not-before above)
-    if ms > MAXD then ms = MAXD end
+    if ms > MAXS then ms = MAXS end
     local age = tonumber(ARGV[11] or '') or 0
     if g('cleared') > 0 and now - age <= g('cleared') + 1000 then
       return {3}
