@@ -9,9 +9,10 @@
  * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
  * place that lists them).  Each operation is one Lua script, so a rule
  * that needs several reads and writes runs atomically on the server:
- *   - not-before only moves later: max(current, now + min(delay, caller's
- *     max delay)); a reader clamps a stored value to its own max delay
- *     without rewriting it (gate.c publish / table.c clamp).
+ *   - not-before only moves later: max(current, now + min(delay, the
+ *     caller's host segment's max delay)); a reader clamps a stored value
+ *     to its own max delay without rewriting it (gate.c publish / table.c
+ *     clamp).
  *   - one probe per lock episode: a back-off opens an episode; while its
  *     probe holds a slot nobody else is admitted; an OK from the probe ends
  *     it; a reclaimed probe lets the next waiter probe (gate.c grant).
