@@ -27,6 +27,10 @@ check_true "metrics: throttle_backend_up 1" \
   grep -q "^throttle_backend_up{segment=\"$SEG\",backend=\"$REDIS_URL\"} 1\$" "$tmp/m"
 
 redis_stop
+"$ctl" backoff k2 30 2>"$tmp/err"
+check "backoff with Redis down: exit 0 (the segment holds it)" 0 $?
+check_true "  says on stderr that the backend is down and which segment served" \
+  grep -q "^throttlectl: backend $REDIS_URL is unreachable: this host's segment $SEG served instead" "$tmp/err"
 "$ctl" ls >"$tmp/ls" 2>&1
 check "ls with Redis down: exit 0 (the segment serves)" 0 $?
 check_true "  says it is unreachable, since when, and what the segment served" \

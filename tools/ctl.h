@@ -215,6 +215,9 @@ const char *ctl_class_name(throttle_class_t cls);
  * "backend URL: UNREACHABLE for 12s; this host's segment served N calls
  * meanwhile ..." (throttle_backend_status(), after the calls made). */
 void ctl_backend_text(FILE *f, const throttle_t *h);
+/* After a command: a backend that was unreachable is said on stderr
+ * (which served instead), unless the command's own output said it. */
+void ctl_backend_warn(const throttle_t *h);
 /* `,"backend":"...","backend_up":B,"backend_down_ms":N,
  * "backend_served_meanwhile":N` for a JSON object. */
 void ctl_backend_json(FILE *f, const throttle_t *h);

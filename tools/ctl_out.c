@@ -407,6 +407,21 @@ const char *ctl_comm(int64_t pid, char *buf, size_t len) {
 
 /* ---- the backend ------------------------------------------------------ */
 
+static bool told_down; /* ctl_backend_text() said the backend is down */
+
+void ctl_backend_warn(const throttle_t *h) {
+  if (h == NULL || told_down || strcmp(throttle_backend(h), "shm") == 0)
+    return;
+  int up = 1;
+  uint64_t down_ms = 0, served = 0;
+  if (throttle_backend_status(h, &up, &down_ms, &served) != 0 || up)
+    return;
+  fprintf(stderr,
+          PROG ": backend %s is unreachable: this host's segment %s served "
+               "instead, for this host only\n",
+          throttle_backend(h), throttle_segment_name(h));
+}
+
 void ctl_backend_text(FILE *f, const throttle_t *h) {
   if (strcmp(throttle_backend(h), "shm") == 0)
     return;
@@ -420,6 +435,7 @@ void ctl_backend_text(FILE *f, const throttle_t *h) {
     return;
   }
   char t[32];
+  told_down = true;
   fprintf(f, "backend %s: UNREACHABLE for %s; this host's segment served "
              "%llu call%s meanwhile, for this host only\n",
           throttle_backend(h), ctl_human_ms((int64_t)down_ms, false, t, sizeof t),

@@ -595,6 +595,7 @@ static int run(int argc, char **argv) {
   if (c.cmd->open != OPEN_NONE && (rc = ctl_open_segment(&c)) != 0)
     goto out;
   rc = c.cmd->run(&c);
+  ctl_backend_warn(c.h);
 out:
   throttle_close(c.h);
   free(c.args);
