@@ -104,8 +104,11 @@ void throttle__publish_locked(throttle_t *h, struct throttle__rec *r,
   /* The episode first, the not-before second: a crash between the two
    * leaves an episode on an open key (the next caller probes alone), never
    * a not-before without an episode (when it passed, every waiter would go
-   * at once: a herd). */
-  throttle__rec_flags(r, THROTTLE__REC_EPISODE, true);
+   * at once: a herd).  A back-off is the server's answer, whoever
+   * publishes it: a scope published on directly (a script's backoff, not a
+   * leave beneath) is answered, and its probe holds the keys beneath until
+   * its own answer, not just the cold scope's bound (scope.c). */
+  throttle__rec_flags(r, THROTTLE__REC_EPISODE | THROTTLE__REC_ANSWERED, true);
   THROTTLE__CRASHPOINT("gate-mid-publish");
   if (want > cur)
     atomic_store_explicit(&r->not_before, want, memory_order_release);

@@ -487,6 +487,31 @@ static void case_scope_one_probe(struct ct_fx *c) {
   board_free(b);
 }
 
+/* Rule (I3 on scopes): a back-off published on a scope itself (a script's
+ * `throttlectl backoff ws 30`, not a leave beneath) is the server's answer:
+ * when it passes, its probe holds every key beneath until its own answer,
+ * however long that takes (the cold-scope bound, 1 s, is for a scope
+ * nothing was heard of yet). */
+static void case_scope_backoff_probe_holds_past_cold_bound(struct ct_fx *c) {
+  throttle_t *a = ct_open(c, 0), *b1 = ct_open(c, 1);
+  assert_int_equal(throttle_backoff(a, "sl", 50), 0);
+  uint64_t m0 = th_mono_ms();
+  while (th_remaining(a, "sl") > 0) {
+    assert_true(th_mono_ms() - m0 < HANG_MS);
+    th_sleep_ms(5);
+  }
+  throttle_ticket_t *t = NULL, *u = NULL;
+  assert_int_equal(throttle_try_enter(a, "sl/a", LIVE, &t, NULL), 0);
+  assert_int_equal(throttle_ticket_is_probe(t), 1);
+  /* past the cold bound: the probe's answer is still what holds them */
+  th_sleep_ms(1300);
+  assert_int_equal(throttle_try_enter(b1, "sl/b", LIVE, &u, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  out(a, t, OK, 0);
+  assert_int_equal(throttle_try_enter(b1, "sl/b", LIVE, &u, NULL), 0);
+  out(b1, u, OK, 0);
+}
+
 /* Rule: throttle_wait() also waits while the key is paused and while the
  * probe of its lock episode is out, whichever host paused or probes. */
 static void case_wait_honours_pause_and_probe(struct ct_fx *c) {
@@ -1430,6 +1455,7 @@ static const struct ct_case cases[] = {
     CASE(one_probe_per_episode),
     CASE(only_ok_ends_an_episode),
     CASE(scope_one_probe),
+    CASE(scope_backoff_probe_holds_past_cold_bound),
     CASE(wait_honours_pause_and_probe),
     CASE(dead_probe_replaced),
     CASE(waiting_holds_no_slot),

@@ -686,6 +686,9 @@ local function publish(ms, pid)
   local want = now + ms
   if want > clamp_nb() then p('nb', want) end
   p('episode', 1)
+  -- a back-off is an answer, whoever publishes it: as a scope, this key's
+  -- probe then holds the keys beneath until its own answer (gate_grant.c)
+  if g('answered') ~= 1 then p('answered', 1) end
   inc('publishes')
   p('last_delay', ms)
   p('last_pid', pid)
