@@ -176,4 +176,14 @@ uint64_t th_remaining(throttle_t *h, const char *key);
  * describes the first in why (may be NULL).  For a shared handle. */
 int th_table_faults(throttle_t *h, char *why, size_t len);
 
+/* TH_ASAN: built with AddressSanitizer (gcc's __SANITIZE_ADDRESS__,
+ * clang's __has_feature), for the few tests its runtime cannot run. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_ASAN 1
+#endif
+#endif
+
 #endif

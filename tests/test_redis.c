@@ -640,13 +640,6 @@ static int use_and_close_inherited(void *arg) {
  * the other thread holding the handle's mutex; 150 of them make a hang
  * without the fork handlers all but certain.) */
 static void test_redis_fork_while_another_thread_calls(void **state) {
-#if defined(__SANITIZE_ADDRESS__)
-#define TH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TH_ASAN 1
-#endif
-#endif
 #ifdef TH_ASAN
   /* AddressSanitizer's allocator (gcc 12's and clang 14's runtimes) takes
    * no lock at fork: a child forked while the other thread is in malloc
