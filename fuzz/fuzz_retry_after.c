@@ -128,13 +128,35 @@ static void check_one(const char *v, time_t now) {
   }
 }
 
+/* A year of two digits before the time of day ("06 Nov 70 08:49:37"):
+ * its century depends on now (RFC 9110 section 5.6.7), as in RFC 850's
+ * form, while curl_getdate() reads it with a fixed pivot. */
+static int two_digit_year(const char *v) {
+  for (size_t i = 0; v[i] != 0 && v[i + 1] != 0; i++) {
+    if ((i > 0 && !ows(v[i - 1]) && v[i - 1] != ',') ||
+        !(v[i] >= '0' && v[i] <= '9') || !(v[i + 1] >= '0' && v[i + 1] <= '9'))
+      continue;
+    size_t j = i + 2;
+    if (!ows(v[j]))
+      continue;
+    while (ows(v[j]))
+      j++;
+    size_t k = j;
+    while (v[k] >= '0' && v[k] <= '9')
+      k++;
+    if (k > j && v[k] == ':')
+      return 1;
+  }
+  return 0;
+}
+
 /* Dates whose meaning does not depend on now. */
 static void check_date(const char *v, time_t now) {
   const char *s = v;
   while (ows(*s))
     s++;
-  if ((*s >= '0' && *s <= '9') || strchr(v, '-') != NULL)
-    return; /* delta-seconds, or possibly RFC 850 (two-digit year) */
+  if ((*s >= '0' && *s <= '9') || strchr(v, '-') != NULL || two_digit_year(v))
+    return; /* delta-seconds, or possibly a two-digit year (RFC 850) */
   struct parsed p = parse(v, now);
   struct parsed at0 = parse(v, 0);
   CHECK(p.rc == at0.rc, "\"%s\" parses at now=0 but not at %lld, or back", v,
