@@ -14,12 +14,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local QP, TTL = ARGV[1], tonumber(ARGV[2])
-local MAXD, MAXS
-do
-  local a, b = string.match(ARGV[3], '^(%d+)/(%d+)$')
-  MAXD = tonumber(a or ARGV[3]) or 0
-  MAXS = tonumber(b or '') or MAXD
-end
+local MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
+MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
 local NAME = ARGV[4]
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
