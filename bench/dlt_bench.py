@@ -44,7 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE = os.path.join(TOP, "tests", "python", "dlt_pipeline.py")
@@ -55,35 +54,16 @@ TABLE = "ws1/orders"
 
 sys.path.insert(0, os.path.dirname(PIPELINE))
 from dlt_pipeline import declared  # noqa: E402
+from mockproc import MockProcess  # noqa: E402  (bench/ is sys.path[0])
 
 
-class Mock:
+def start_mock(service_ms, ra):
     """The Hotdata mock; database db1 and its tables exist, as after a
     first run (two first runs at once race to declare them)."""
-
-    def __init__(self, tmp, service_ms, ra):
-        port = os.path.join(tmp, "port")
-        self.proc = subprocess.Popen(
-            [sys.executable, MOCK, "--port", "0", "--port-file", port,
-             "--database", "db1", "--service-ms", str(service_ms),
-             "--retry-after", str(ra)] +
-            [a for t in declared() for a in ("--declare", t)])
-        wait_for(lambda: os.path.exists(port), "the mock")
-        with open(port) as f:
-            self.url = "http://127.0.0.1:%d" % int(f.read())
-
-    def post(self, what):
-        urllib.request.urlopen(urllib.request.Request(
-            self.url + "/admin/" + what, data=b"{}", method="POST"),
-            timeout=10).read()
-
-    def stats(self):
-        return json.load(urllib.request.urlopen(self.url + "/stats",
-                                                timeout=10))
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
+    return MockProcess(MOCK, ["--database", "db1", "--service-ms",
+                              str(service_ms), "--retry-after", str(ra)] +
+                       [a for t in declared() for a in ("--declare", t)],
+                       what="the mock")
 
 
 def wait_for(cond, what, timeout=30):
@@ -181,14 +161,14 @@ def counters(mock):
 
 def fixed_cost(tmp, mock):
     """One pipeline's load step with one job, nothing contended."""
-    mock.post("reset")
+    mock.admin("reset")
     r = Run(tmp, mock, "fixed")
     r.start("fixed", "--jobs", 1, "--workers", 1)
     return r.results()[0]["load_s"][0]
 
 
 def scenario(tmp, mock, name, mode, launch, ideal_of):
-    mock.post("reset")
+    mock.admin("reset")
     run = Run(os.path.join(tmp, name), mock, mode)
     os.makedirs(run.tmp, exist_ok=True)
     launch(run)
@@ -229,7 +209,7 @@ def main():
                     destination=importlib.metadata.version(
                         "hotdata-dlt-destination"))
     tmp = tempfile.mkdtemp(prefix="tt-dltbench-")
-    mock = Mock(tmp, a.service_ms, a.retry_after)
+    mock = start_mock(a.service_ms, a.retry_after)
     redis = None
     rows = []
     try:

@@ -31,13 +31,12 @@ httpx, tenacity, urllib3 2, requests.
 """
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
+
+from mockproc import MockProcess  # noqa: E402  (bench/ is sys.path[0])
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "hotdata:127.0.0.1/orders"
@@ -209,37 +208,10 @@ def worker(strategy, url, n):
 
 # ---- the bench ------------------------------------------------------------
 
-class Mock:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="tt-pyfleet-")
-        pf = os.path.join(self.dir, "port")
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(TOP, "tests", "mock_server.py"),
-             "--port", "0", "--port-file", pf, "--service-ms",
-             str(SERVICE_MS), "--retry-after", str(RETRY_AFTER)])
-        while not os.path.exists(pf):
-            if self.proc.poll() is not None:
-                sys.exit("py_fleet: the mock server did not start")
-            time.sleep(0.01)
-        with open(pf) as f:
-            self.url = "http://127.0.0.1:%d" % int(f.read())
-
-    def admin(self, what, obj=None):
-        req = urllib.request.Request("%s/admin/%s" % (self.url, what),
-                                     data=json.dumps(obj or {}).encode(),
-                                     method="POST")
-        return json.load(urllib.request.urlopen(req, timeout=10))
-
-    def stats(self):
-        return json.load(urllib.request.urlopen(self.url + "/stats",
-                                                timeout=10))
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
-        for f in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, f))
-        os.rmdir(self.dir)
+def start_mock():
+    return MockProcess(os.path.join(TOP, "tests", "mock_server.py"),
+                       ["--service-ms", str(SERVICE_MS),
+                        "--retry-after", str(RETRY_AFTER)])
 
 
 def fleet(mock, strategy, procs, loads, seg):
@@ -297,7 +269,7 @@ ROWS = [("urllib3 Retry", "urllib3", PROCS, LOADS),
 
 
 def main():
-    mock = Mock()
+    mock = start_mock()
     try:
         print("Python fleets, one table, a %.0f s outside lock, Retry-After: "
               "%d, %d ms per load (%s, %d cores)" % (
