@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HANG_GUARD_MS 30000
@@ -159,6 +160,31 @@ static void test_redis_faults_script_error_is_no_outage(void **state) {
   assert_string_equal(throttle_errmsg(a), "");
   assert_true(th_remaining(b, "good") > 0);
   throttle_close(b);
+}
+
+/* A waiter record no version of the scripts writes (a class that is
+ * neither live nor backfill, under the key's prefix): the queue's walk
+ * drops it rather than scoring it again forever inside Redis (a script
+ * that has written cannot be killed: every host would wait on a busy
+ * server until it is restarted). */
+static void test_redis_faults_foreign_waiter_record_is_dropped(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  char until[32], rec[96];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* the scripts' clock: Redis's TIME */
+  snprintf(until, sizeof until, "%lld",
+           (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 600000);
+  snprintf(rec, sizeof rec, "7 %s 30000 10000 elsewhere 1 w tok", until);
+  cli("ZADD", "thr1:{odd}:w:odd", "5", "5", NULL);
+  cli("HSET", "thr1:{odd}:wi:odd", "5", rec, NULL);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "odd", THROTTLE_CLASS_LIVE, 2000, &t), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  const char *ping[] = {"PING", NULL};
+  char out[64];
+  assert_int_equal(th_redis_cli_out(&R, ping, out, sizeof out), 0);
+  assert_true(th_contains(out, "PONG"));
 }
 
 /* ---- connections -------------------------------------------------------- */
@@ -832,6 +858,8 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_url_forms_and_passwords, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_foreign_waiter_record_is_dropped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_faults_cluster_refused_at_open,
                                       setup_cluster, teardown),
       cmocka_unit_test_setup_teardown(

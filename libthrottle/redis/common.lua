@@ -588,7 +588,10 @@ local function oldest(cls)
     if not id then return nil end
     local v = redis.call('HGET', WI, id)
     local w = v and words(v)
-    local alive = w and w[7] == 'w' and (tonumber(w[2]) or 0) >= now
+    -- a class no script writes (a record that is not ours) is dropped:
+    -- scored again, it would be read again here, forever
+    local alive = w and w[7] == 'w' and (tonumber(w[2]) or 0) >= now and
+      (w[1] == '0' or w[1] == '1')
     if alive and w[1] == cls then return id, w end
     if alive then
       -- scored as the other class (a record of an earlier version)
