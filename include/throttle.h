@@ -357,7 +357,10 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
  * passed, no probe answered yet), a setting or holders pending, so none
  * can be evicted: the caller honours
  * its own delay, e.g. by sleeping it), THROTTLE_ELOCKTIMEOUT,
- * THROTTLE_ECORRUPT. */
+ * THROTTLE_ECORRUPT.  With a backend across hosts (throttle_backend())
+ * that took the back-off, these three come only while the backend is
+ * unreachable: the host segment's copy is then a copy, and one that finds
+ * no room or no mutex is no error. */
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms);
 
