@@ -40,13 +40,7 @@ static int setup(void **state) { return th_redis_setup(state, &R); }
 static int teardown(void **state) { return th_redis_teardown(state, &R); }
 
 /* A second host: its own segment, the same Redis. */
-static throttle_t *other_host(struct th_fx *fx) {
-  int rc;
-  throttle_t *h = th_redis_host(fx, R.url, &rc);
-  if (rc != 0)
-    fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
-  return h;
-}
+#define other_host(fx) th_redis_other_host(fx, R.url)
 
 #define field th_field
 

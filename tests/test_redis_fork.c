@@ -43,13 +43,8 @@ static int setup(void **state) {
 }
 static int teardown(void **state) { return th_redis_teardown(state, &R); }
 
-static throttle_t *other_host(struct th_fx *fx) {
-  int rc;
-  throttle_t *h = th_redis_host(fx, R.url, &rc);
-  if (rc != 0)
-    fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
-  return h;
-}
+/* A second host: its own segment, the same Redis. */
+#define other_host(fx) th_redis_other_host(fx, R.url)
 
 /* The parent's state at every fork below: an admission of its own on
  * "p", its heartbeat asleep, a connection in its pool. */
