@@ -86,7 +86,8 @@
  *         Redis: the same calls and the same ticket rules, and the child's
  *         copy is the child's own.  It has no heartbeat thread and uses
  *         none of the parent's connections: its first call opens its own
- *         (the parent's are closed in the child without a word sent), and
+ *         (the parent's pooled ones are closed in the child without a word
+ *         sent, and no connection passes to a program it execs), and
  *         its first admission starts a heartbeat of its own, which keeps
  *         the child's admissions alive for as long as the child holds
  *         them, as the parent's does for the parent's.  An admission the

@@ -10,7 +10,8 @@
  * bound while another host is refused, leaves and closes; a child that
  * makes no call exits at once, closing or not; the parent's admission
  * stays the parent's (kept alive by the parent, not by a child, and a
- * child's leave of it follows the segment's rule).  A "host" is a handle
+ * child's leave of it follows the segment's rule); a program a child
+ * execs holds none of the parent's connections.  A "host" is a handle
  * on its own segment name.  Skipped without redis-server.
  */
 #include <setjmp.h>
@@ -228,6 +229,46 @@ static void test_redis_fork_inherited_admission_stays_the_parents(
   throttle_close(b);
 }
 
+struct exec_kid {
+  int fd; /* the shell's standard output */
+};
+
+/* The child execs a shell that counts the sockets it was handed. */
+static int exec_counting_sockets(void *arg) {
+  struct exec_kid *k = arg;
+  if (dup2(k->fd, 1) < 0)
+    return 1;
+  execl("/bin/sh", "sh", "-c",
+        "n=0; for f in /proc/$$/fd/*; do case $(readlink \"$f\") in "
+        "socket:*) n=$((n + 1));; esac; done; echo $n",
+        (char *)NULL);
+  return 1;
+}
+
+/* A child that execs (throttlectl run's command, a subprocess) takes none
+ * of the parent's Redis connections along: the pool's, the heartbeat's.
+ * (It took both: an exec'ed program held sockets to Redis open, and
+ * could write on them.) */
+static void test_redis_fork_exec_takes_no_connection(void **state) {
+  struct th_fx *fx = *state;
+  throttle_ticket_t *pt = NULL;
+  throttle_t *a = parent_holding(fx, &pt);
+  th_sleep_ms(LIVENESS_MS / 2); /* the heartbeat has connected */
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct exec_kid k = {fds[1]};
+  th_reap_ok(fx, th_spawn(fx, exec_counting_sockets, &k), HANG_GUARD_MS);
+  close(fds[1]);
+  char out[32] = "";
+  ssize_t n = read(fds[0], out, sizeof out - 1);
+  close(fds[0]);
+  assert_true(n > 0);
+  out[n] = 0;
+  printf("sockets in the exec'ed child: %s", out);
+  assert_int_equal(atoi(out), 0);
+  assert_int_equal(throttle_leave(a, pt, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   if (!th_redis_available()) {
@@ -244,6 +285,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_fork_inherited_admission_stays_the_parents, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(test_redis_fork_exec_takes_no_connection,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
