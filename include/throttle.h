@@ -77,6 +77,29 @@
  *       Python multiprocessing with the fork start method gives each worker
  *       the parent's handle under these rules; with spawn or forkserver
  *       each worker opens its own.
+ *       What a child may do with an inherited handle, by backend
+ *       (throttle_backend()):
+ *         The host segment: all of the above; the child's calls work on
+ *         the one shared segment, and its throttle_close() unmaps its own
+ *         mapping only.  A handle that failed open (process-private
+ *         memory) is copied: the child's back-offs are its own.
+ *         Redis: the same calls and the same ticket rules, and the child's
+ *         copy is the child's own.  It has no heartbeat thread and uses
+ *         none of the parent's connections: its first call opens its own
+ *         (the parent's pooled ones are closed in the child without a word
+ *         sent, and no connection passes to a program it execs), and
+ *         its first admission starts a heartbeat of its own, which keeps
+ *         the child's admissions alive for as long as the child holds
+ *         them, as the parent's does for the parent's.  An admission the
+ *         child inherited stays the parent's: only the parent's heartbeat
+ *         keeps it alive (so it is reclaimed after THROTTLE_LIVENESS_MS
+ *         once the parent is gone), and a child's throttle_leave() of it
+ *         releases it as on the segment (the parent's copy is then
+ *         THROTTLE_ESTALE).  throttle_close() in a child returns at once,
+ *         whether or not the child made calls and whatever the parent's
+ *         threads were doing at the fork; a child may as well exit or
+ *         exec without closing.  While Redis is unreachable the child is
+ *         served by the host segment, under the segment's rules.
  *   - docs/FAILURE-MODEL.md lists every fault and what an operator does;
  *     libthrottle(3), throttle_curl(3) and throttlectl(1) are the manual.
  */
@@ -357,7 +380,10 @@ THROTTLE_EXTERN int throttle_unlink(const char *segment_name);
  * passed, no probe answered yet), a setting or holders pending, so none
  * can be evicted: the caller honours
  * its own delay, e.g. by sleeping it), THROTTLE_ELOCKTIMEOUT,
- * THROTTLE_ECORRUPT. */
+ * THROTTLE_ECORRUPT.  With a backend across hosts (throttle_backend())
+ * that took the back-off, these three come only while the backend is
+ * unreachable: the host segment's copy is then a copy, and one that finds
+ * no room or no mutex is no error. */
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms);
 

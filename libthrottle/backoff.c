@@ -233,25 +233,32 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   int rc = throttle__check_key(h, key, &len);
   if (rc != 0)
     return rc;
+  /* With a backend that took the back-off, the segment records a copy:
+   * if the backend goes away, this host's processes still honour what
+   * they were told.  A copy that finds no room (a table full of keys in
+   * use) or no mutex turns no success into an error: the back-off is
+   * published where every host reads it. */
+  bool taken = false;
   if (h->be != NULL) {
-    /* The segment records it too: if the backend goes away, this host's
-     * processes still honour what they were told. */
     rc = throttle__be_backoff(h, key, delay_ms);
     if (rc < 0)
       return rc;
+    taken = rc == 0;
   }
   uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
   uint64_t hash = throttle__hash(h->seed, key, len);
-  if ((rc = throttle__lock(h)) != 0)
-    return rc;
-  uint64_t now = throttle__now_ns();
-  struct throttle__rec *r;
-  rc = throttle__insert_locked(h, key, len, hash, now, &r);
-  if (rc == 0) {
-    THROTTLE__CRASHPOINT("mid-update");
-    throttle__publish_locked(h, r, now, delay);
+  if ((rc = throttle__lock(h)) == 0) {
+    uint64_t now = throttle__now_ns();
+    struct throttle__rec *r;
+    rc = throttle__insert_locked(h, key, len, hash, now, &r);
+    if (rc == 0) {
+      THROTTLE__CRASHPOINT("mid-update");
+      throttle__publish_locked(h, r, now, delay);
+    }
+    throttle__unlock(h);
   }
-  throttle__unlock(h);
+  if (rc != 0 && taken)
+    rc = 0;
   if (rc == 0)
     throttle__clear_msg(h);
   return rc;

@@ -219,8 +219,7 @@ struct rds {
   struct rds_reserved *reserved;
   pthread_t beat;
   pthread_cond_t beat_cv;
-  int beat_running, stopping;
-  pid_t beat_pid; /* the process whose thread beat is: a child has none */
+  int beat_running, stopping; /* this process's thread: cleared at fork */
   struct rds *reg_next; /* in the module's list of open handles (fork) */
 };
 

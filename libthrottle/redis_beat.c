@@ -190,16 +190,14 @@ static void *beat_main(void *arg) {
   return NULL;
 }
 
-/* A forked child inherits the flag but not the thread: it starts its own,
- * which beats the child's admissions and sends its give-backs only (the
- * parent's, copied into the child, stay the parent's: beaten by the child
- * they would outlive a parent that died). */
+/* A forked child has no heartbeat (redis_ops.c fork_child clears the
+ * flag): it starts its own, which beats the child's admissions and sends
+ * its give-backs only (the parent's, copied into the child, stay the
+ * parent's: beaten by the child they would outlive a parent that died). */
 static void start_beat_locked(struct rds *r) {
-  if ((!r->beat_running || r->beat_pid != getpid()) && !r->stopping &&
-      pthread_create(&r->beat, NULL, beat_main, r) == 0) {
+  if (!r->beat_running && !r->stopping &&
+      pthread_create(&r->beat, NULL, beat_main, r) == 0)
     r->beat_running = 1;
-    r->beat_pid = getpid();
-  }
 }
 
 void rds_hold(struct rds *r, struct rds_ticket *t) {

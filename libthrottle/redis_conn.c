@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -206,6 +207,16 @@ static int resolve(const struct rds *r, char *addr, size_t len) {
   return rc;
 }
 
+/* A connection is this process's: a program it execs (throttlectl run's
+ * command, a subprocess) must not hold it open or write on it.  hiredis
+ * 0.14 opens its sockets without SOCK_CLOEXEC, so a thread forking and
+ * exec'ing between its socket() and this call still passes one on; that
+ * window is the connect's, once per connection. */
+static int cloexec(redisContext *c) {
+  int fl = fcntl(c->fd, F_GETFD);
+  return fl < 0 || fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC) != 0 ? -1 : 0;
+}
+
 redisContext *rds_connect(struct rds *r) {
   struct timeval tv = tv_ms(r->timeout_ms);
   char addr[sizeof r->host];
@@ -219,6 +230,11 @@ redisContext *rds_connect(struct rds *r) {
   }
   if (c->err) {
     rds_msg("connect: %s", c->errstr);
+    redisFree(c);
+    return NULL;
+  }
+  if (cloexec(c) != 0) {
+    rds_msg("connect: close-on-exec: %s", strerror(errno));
     redisFree(c);
     return NULL;
   }
@@ -341,7 +357,7 @@ redisReply *rds_command(struct rds *r, redisContext *c, int argc,
   if (rep == NULL && idle && closed(c)) {
     /* Once: the connection was closed while it sat unused, so the
      * command never ran; a failed reconnect is an outage as any other. */
-    if (redisReconnect(c) == REDIS_OK &&
+    if (redisReconnect(c) == REDIS_OK && cloexec(c) == 0 &&
         redisSetTimeout(c, tv_ms(r->timeout_ms)) == REDIS_OK &&
         greet(r, c) == 0)
       rep = cmd(c, argc, argv);

@@ -25,16 +25,38 @@
 #define EXPORT __attribute__((visibility("default")))
 
 
-/* fork().  A thread of the parent may hold a handle's mutex when another
- * forks (a pool call, the heartbeat); the child's copy would stay locked
- * with nobody to unlock it, and the child's first call on the handle, or
- * its close, would hang.  So every open handle is listed, and fork takes
- * each handle's mutex first (in the list's order, after the list's own)
- * and gives them back in the parent and in the child.  The module is
- * never unloaded (backend.c), so the handlers stay valid. */
+/* fork().  fork() copies the calling thread only, so a child's copy of
+ * every open handle holds state of threads it does not have:
+ *   - the mutex, which another thread of the parent may hold (a pool
+ *     call, the heartbeat): fork takes each handle's mutex first (in the
+ *     list's order, after the list's own) and gives them back in the
+ *     parent and in the child, so the copy is unlocked;
+ *   - the heartbeat: the flag that it runs, and its condition variable,
+ *     on which the parent's thread may sleep at the fork.  The child has
+ *     no heartbeat: its first admission or give-back starts one of its own
+ *     (redis_beat.c), which beats only the child's admissions.  The
+ *     condition variable is made new (glibc records its sleepers in it; a
+ *     destroy, a wait or a signal would count one that does not exist:
+ *     the child's close waited for it forever);
+ *   - the connections: the pool's are the parent's sockets, never talked
+ *     on by the child; its first call drops them (rds_get, by r->pid) and
+ *     opens its own, its close frees them (which sends nothing).
+ * Nothing here allocates or frees: a child that only execs or exits pays
+ * nothing, whatever allocator it runs.  The module is never unloaded
+ * (backend.c), so the handlers stay valid.  Rejected: refusing a child's
+ * use of an inherited handle (loaders fork workers after opening, and a
+ * segment handle may be used so: the same rules on both backends). */
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct rds *reg_head;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void beat_cv_init(struct rds *r) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->beat_cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
 
 static void fork_prepare(void) {
   pthread_mutex_lock(&reg_mu);
@@ -42,14 +64,23 @@ static void fork_prepare(void) {
     pthread_mutex_lock(&r->mu);
 }
 
-static void fork_done(void) {
+static void fork_parent(void) {
   for (struct rds *r = reg_head; r != NULL; r = r->reg_next)
     pthread_mutex_unlock(&r->mu);
   pthread_mutex_unlock(&reg_mu);
 }
 
+static void fork_child(void) {
+  for (struct rds *r = reg_head; r != NULL; r = r->reg_next) {
+    r->beat_running = 0;
+    beat_cv_init(r);
+    pthread_mutex_unlock(&r->mu);
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
+
 static void reg_init(void) {
-  (void)pthread_atfork(fork_prepare, fork_done, fork_done);
+  (void)pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static void reg_add(struct rds *r) {
@@ -116,11 +147,7 @@ static int rds_open(const struct throttle__be_params *p, void **out,
     if (*c <= ' ' || *c == 0x7f)
       *c = '_';
   pthread_mutex_init(&r->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&r->beat_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  beat_cv_init(r);
   r->pid = getpid();
   reg_add(r);
   rc = rds_check_server(r, msg, len);
@@ -139,7 +166,7 @@ static void rds_close(void *be) {
     return;
   reg_remove(r);
   pthread_mutex_lock(&r->mu);
-  int running = r->beat_running && r->beat_pid == getpid();
+  int running = r->beat_running; /* this process's own (fork_child) */
   r->stopping = 1;
   pthread_cond_broadcast(&r->beat_cv);
   pthread_mutex_unlock(&r->mu);
@@ -164,12 +191,9 @@ static void rds_close(void *be) {
     r->reserved = x->next;
     free(x);
   }
-  /* Not in a forked child: the parent's heartbeat thread may have been
-   * asleep on the condition variable at the fork, and glibc's destroy
-   * waits for its waiters, here a thread that does not exist (the child's
-   * close hung forever).  The memory is freed all the same. */
-  if (r->pid == getpid())
-    pthread_cond_destroy(&r->beat_cv);
+  /* In a forked child too: fork_child made it new, without the parent's
+   * sleeper (for which glibc's destroy would wait forever). */
+  pthread_cond_destroy(&r->beat_cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
 }

@@ -121,6 +121,14 @@ throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc) {
   return h;
 }
 
+throttle_t *th_redis_other_host(struct th_fx *fx, const char *url) {
+  int rc;
+  throttle_t *h = th_redis_host(fx, url, &rc);
+  if (rc != 0)
+    fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
+  return h;
+}
+
 int th_teardown(void **state) {
   struct th_fx *fx = *state;
   if (fx == NULL)

@@ -46,6 +46,8 @@ int th_redis_teardown(void **state, struct th_redis *r);
  * the backend url; *rc is throttle_open's code (the handle is never
  * NULL). */
 throttle_t *th_redis_host(struct th_fx *fx, const char *url, int *rc);
+/* th_redis_host(), failing the test unless the open returned 0. */
+throttle_t *th_redis_other_host(struct th_fx *fx, const char *url);
 
 /* The tag every test name carries: $TH_TEST_TAG (tests/run.sh sets one per
  * run, so that what a run leaves behind is found and told from what

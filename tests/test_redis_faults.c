@@ -51,13 +51,8 @@ static void cli6(const char *a, const char *b, const char *c, const char *d,
 #define host_at th_redis_host
 #define field th_field
 
-static throttle_t *other_host(struct th_fx *fx) {
-  int rc;
-  throttle_t *h = host_at(fx, R.url, &rc);
-  if (rc != 0)
-    fail_msg("open: %s: %s", throttle_err_name(rc), throttle_errmsg(h));
-  return h;
-}
+/* A second host: its own segment, the same Redis. */
+#define other_host(fx) th_redis_other_host(fx, R.url)
 
 /* The calls Redis counted of one command (INFO commandstats). */
 static long long calls_of(const char *cmd) {

@@ -28,7 +28,10 @@ slice leaves the FIFO queue of the key and joins it again at the back.
 
 Fork.  The handle's mapping is shared with fork() children; locks are made
 new in the child (os.register_at_fork), admissions are per process (a
-child cannot report its parent's admission).  A Throttle pickled for a
+child cannot report its parent's admission).  With Redis as the backend
+the child's copy of the handle is its own (no heartbeat, none of the
+parent's connections, until its first call: include/throttle.h, fork), so
+the child's main-thread handle closed at the fork returns at once.  A Throttle pickled for a
 spawned process (multiprocessing "spawn") opens the same segment again with
 the same settings in the child.
 """

@@ -194,3 +194,79 @@ def test_redis_reachable_backend_opens_quietly(redis, segment):
         warnings.simplefilter("error")
         with libthrottle.Throttle(segment=segment, backend=redis) as t:
             assert t.open_error is None
+
+
+def _in_thread(fn, *args):
+    """fn(*args) in another thread (whose calls go to the Throttle's
+    shared handle, the main thread's to a handle of its own)."""
+    import threading
+    out = []
+    th = threading.Thread(target=lambda: out.append(fn(*args)))
+    th.start()
+    th.join(60)
+    return out[0]
+
+
+def _fork_child_holds(t, conn, hold):
+    def hold_in_thread():
+        with t.admit(KEY, timeout=30) as adm:
+            conn.send("admitted")
+            time.sleep(hold)
+            adm.report(200, {}, b"")
+        return True
+    _in_thread(hold_in_thread)
+    with t.admit("child", timeout=30) as adm:  # main thread's
+        adm.report(200, {}, b"")
+    t.close()
+    conn.send("closed")
+
+
+def test_redis_fork_children_run_admit_and_exit(hosts, monkeypatch):
+    """multiprocessing's fork start method with THROTTLE_BACKEND set, after
+    the parent has been admitted (its heartbeat runs): a child that makes
+    no call exits at once; a child admits (on the shared handle, from a
+    thread, and on its main thread's), holds past the liveness bound (kept
+    alive: the C "host" sees it in flight, nothing reclaimed, and is
+    refused), reports, closes and exits."""
+    import json
+    import multiprocessing
+    py, c = hosts
+    monkeypatch.setenv("THROTTLE_LIVENESS_MS", "1000")
+    ctx = multiprocessing.get_context("fork")
+    with libthrottle.Throttle() as t:
+        t.set_max_parallel(KEY, 1)
+        mine = t.admit("parent")
+        # and one on the shared handle: both handles' heartbeats run
+        theirs = _in_thread(t.admit, "parent2")
+        time.sleep(0.05)  # its heartbeat is asleep on its wait
+        idle = ctx.Process(target=int)
+        start = time.monotonic()
+        idle.start()
+        idle.join(10)
+        assert idle.exitcode == 0, "a child that made no call did not end"
+        assert time.monotonic() - start < 5
+        here, there = ctx.Pipe()
+        p = ctx.Process(target=_fork_child_holds, args=(t, there, 3.0))
+        p.start()
+        try:
+            assert here.poll(20), "the child did not run"
+            assert here.recv() == "admitted"
+            time.sleep(2.5)  # past the liveness bound, the child holding
+            assert ctl(c, "wait", KEY, "--timeout", "0",
+                       check=False).returncode == 0  # no back-off: open
+            refused = ctl(c, "run", KEY, "--timeout", "0", "--", "true",
+                          check=False)
+            assert refused.returncode == 75, refused  # but the cap is taken
+            shown = json.loads(ctl(c, "show", KEY, "--json").stdout)
+            assert shown["in_flight"] == 1 and shown["reclaims"] == 0, shown
+            assert here.poll(10) and here.recv() == "closed"
+            p.join(10)
+            assert p.exitcode == 0
+        finally:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        assert field(t, KEY, "in_flight") == 0
+        assert field(t, "parent", "in_flight") == 1
+        mine.leave("ok")
+        _in_thread(theirs.leave, "ok")
