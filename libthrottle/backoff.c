@@ -666,6 +666,7 @@ static void snapshot(const throttle_t *h, const struct throttle__rec *r,
           : 0;
   f[THROTTLE_FIELD_CLEARS] = to_i64(r->clears);
   throttle__gate_snapshot(r, now, out);
+  throttle__refusal_copy(&out->refusal, &r->refusal);
 }
 
 THROTTLE_EXTERN const char *throttle_field_name(throttle_field_t f) {
