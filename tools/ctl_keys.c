@@ -29,6 +29,7 @@ struct keyrow {
   int64_t field[THROTTLE_FIELD_COUNT_];
   size_t hfirst, hcount; /* its holders in rows->hv */
   size_t wcount;         /* then its waiters, in arrival order */
+  struct ctl_refusal refusal;
 };
 
 struct rows {
@@ -154,6 +155,7 @@ static int collect(const throttle_info_t *info, void *arg) {
   snprintf(row->key, sizeof row->key, "%s", throttle_info_key(info));
   for (int f = 0; f < THROTTLE_FIELD_COUNT_; f++)
     row->field[f] = throttle_info_get(info, (throttle_field_t)f);
+  ctl_refusal_take(info, &row->refusal);
   row->hfirst = rows->hn;
   row->hcount = 0;
   for (size_t i = 0;; i++) {
@@ -264,6 +266,7 @@ static void key_json(FILE *f, const struct rows *rows,
             ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
             "\"waiting\":%lld}",
             (long long)t->keys, (long long)t->flight, (long long)t->wait);
+  ctl_refusal_json(f, &row->refusal);
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < row->hcount; i++) {
     const struct holder *hd = &rows->hv[row->hfirst + i];
@@ -335,6 +338,7 @@ static int collect_fields(const throttle_info_t *info, void *arg) {
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++)
     m->f[i] = throttle_info_get(info, (throttle_field_t)i);
   holders_text(info, m->holders, sizeof m->holders);
+  ctl_refusal_take(info, &m->refusal);
   return 0;
 }
 
@@ -612,6 +616,11 @@ int ctl_cmd_show(struct ctx *c) {
     char key[KEY_TEXT_MAX];
     printf("key: %s\n", ctl_key_text(row->key, key, sizeof key));
     learner_text(row->field);
+    if (row->refusal.status != 0) { /* a line only when one was noted */
+      char said[1024];
+      ctl_refusal_text(&row->refusal, true, said, sizeof said);
+      printf("last refusal: %s\n", said);
+    }
     for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
       const char *name = throttle_field_name((throttle_field_t)i);
       if (name != NULL)
