@@ -236,11 +236,13 @@ static void party_json_tail(FILE *f, const struct holder *hd) {
  * "key_base64" (ctl_json_key). */
 static void key_json(FILE *f, const struct rows *rows,
                      const struct keyrow *row, bool schema,
-                     const struct beneath *t) {
+                     const struct beneath *t, const throttle_t *h) {
   fputc('{', f);
   if (schema)
     fprintf(f, "\"schema\":%d,", CTL_JSON_SCHEMA);
   ctl_json_key(f, row->key);
+  if (h != NULL) /* show: the backend that answered, and its health */
+    ctl_backend_json(f, h);
   const char *slash = strrchr(row->key, '/');
   fputs(",\"scope\":", f); /* the key's own scope: its prefix at the last / */
   if (slash != NULL && slash > row->key) {
@@ -515,7 +517,7 @@ int ctl_cmd_ls(struct ctx *c) {
       fputc(',', stdout);
     struct beneath sum = {rows.v[i].key, 0, tr.keys[i], tr.flight[i],
                           tr.wait[i]};
-    key_json(stdout, &rows, &rows.v[i], false, &sum);
+    key_json(stdout, &rows, &rows.v[i], false, &sum, NULL);
   }
   fputs("]}\n", stdout);
   tree_free(&tr);
@@ -610,7 +612,7 @@ int ctl_cmd_show(struct ctx *c) {
   if (throttle_foreach(c->h, add_beneath, &b) != 0)
     b.keys = b.flight = b.wait = 0; /* a snapshot that failed: none known */
   if (c->opt[OPT_JSON] != NULL) {
-    key_json(stdout, &rows, row, true, &b);
+    key_json(stdout, &rows, row, true, &b, c->h);
     fputc('\n', stdout);
   } else {
     char key[KEY_TEXT_MAX];

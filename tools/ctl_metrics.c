@@ -318,6 +318,31 @@ static void write_refusals(FILE *f, const char *seg,
   }
 }
 
+/* A pool's occupancy by its scope (the `scope` label names the pool
+ * itself here), beside the throttle_scope_* sums of the keys beneath it:
+ * its row as a key (pool="true") is kept, but summing throttle_key_* rows
+ * with it counts a request twice, these never do. */
+static const struct family pool_families[] = {
+    {"throttle_pool_in_flight",
+     "Admissions the pool (a scope with keys beneath it) holds now.", 1,
+     GAUGE, THROTTLE_FIELD_IN_FLIGHT},
+    {"throttle_pool_cap",
+     "Concurrent admissions the pool allows beneath it now.", 1, GAUGE,
+     THROTTLE_FIELD_CAP},
+};
+
+static void write_pools(FILE *f, const char *seg, const struct ctl_keys *k) {
+  for (size_t i = 0; i < sizeof pool_families / sizeof pool_families[0];
+       i++) {
+    const struct family *fam = &pool_families[i];
+    head(f, fam->name, fam->type, fam->help);
+    for (size_t j = 0; j < k->n; j++)
+      if (is_pool(k, j))
+        scope_sample(f, fam->name, seg, k->v[j].key, NULL,
+                     k->v[j].f[fam->field]);
+  }
+}
+
 static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
   write_status(f, seg, 1);
   if (strcmp(k->backend, "shm") != 0) {
@@ -376,6 +401,7 @@ static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
     }
   }
   write_refusals(f, seg, k);
+  write_pools(f, seg, k);
   write_scopes(f, seg, k);
 }
 
