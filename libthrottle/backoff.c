@@ -241,19 +241,26 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
       return rc;
   }
   uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  if ((rc = throttle__lock(h)) != 0)
-    return rc;
-  uint64_t now = throttle__now_ns();
+  uint64_t now;
   struct throttle__rec *r;
-  rc = throttle__insert_locked(h, key, len, hash, now, &r);
-  if (rc == 0) {
-    THROTTLE__CRASHPOINT("mid-update");
-    throttle__publish_locked(h, r, now, delay);
-  }
+  if ((rc = throttle__lock_record(h, key, len, &now, &r)) != 0)
+    return rc;
+  THROTTLE__CRASHPOINT("mid-update");
+  throttle__publish_locked(h, r, now, delay);
   throttle__unlock(h);
-  if (rc == 0)
-    throttle__clear_msg(h);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+int throttle__lock_record(throttle_t *h, const char *key, size_t len,
+                          uint64_t *now, struct throttle__rec **r) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  *now = throttle__now_ns();
+  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
+    throttle__unlock(h);
   return rc;
 }
 

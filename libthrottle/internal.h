@@ -479,6 +479,11 @@ struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
+/* backoff.c: the mutex taken and key's record found or made (len as
+ * throttle__check_key measured it): 0 with the mutex held, *now read
+ * under it and *r set; an error with the mutex released. */
+int throttle__lock_record(throttle_t *h, const char *key, size_t len,
+                          uint64_t *now, struct throttle__rec **r);
 void throttle__init_table(throttle_t *h);
 void throttle__repair_locked(throttle_t *h);
 /* The not-before, pulled in (and stored so) when beyond the segment's

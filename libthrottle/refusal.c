@@ -161,20 +161,15 @@ THROTTLE_EXTERN int throttle_note_refusal(throttle_t *h, const char *key,
   host[sizeof host - 1] = 0;
   note_text(n.host, sizeof n.host, host);
 
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  if ((rc = throttle__lock(h)) != 0)
-    return rc;
-  uint64_t now = throttle__now_ns();
+  uint64_t now;
   struct throttle__rec *r;
-  rc = throttle__insert_locked(h, key, len, hash, now, &r);
-  if (rc == 0) {
-    memcpy(&r->refusal, &n, sizeof n);
-    r->last_use_ns = now;
-  }
+  if ((rc = throttle__lock_record(h, key, len, &now, &r)) != 0)
+    return rc;
+  memcpy(&r->refusal, &n, sizeof n);
+  r->last_use_ns = now;
   throttle__unlock(h);
-  if (rc == 0)
-    throttle__clear_msg(h);
-  return rc;
+  throttle__clear_msg(h);
+  return 0;
 }
 
 void throttle__refusal_merge(throttle_t *h, throttle_info_t *info) {
