@@ -740,6 +740,41 @@ THROTTLE_EXTERN int throttle_info_waiter(const throttle_info_t *info,
 THROTTLE_EXTERN const char *throttle_info_waiter_host(
     const throttle_info_t *info, size_t i);
 
+/* What the server said when it last refused the snapshot's key, as noted
+ * by throttle_note_refusal(): its HTTP status, error.code, message and
+ * Retry-After field ("" for each it did not send), when it was noted
+ * (*at_ms: ms since the Unix epoch, by the noting host's clock), by which
+ * process and on which host.  The strings are valid UTF-8 without control
+ * bytes and live as long as the snapshot.  Any out pointer may be NULL.
+ * Returns 0, THROTTLE_EINVAL for a NULL info, or THROTTLE_ENOKEY when none
+ * was noted (then *http_status 0 and the strings ""). */
+THROTTLE_EXTERN int throttle_info_refusal(const throttle_info_t *info,
+                                          int *http_status, const char **code,
+                                          const char **message,
+                                          const char **retry_after,
+                                          int64_t *at_ms, int64_t *pid,
+                                          const char **host);
+
+/* Keep what the server said when it refused key (an answer whose back-off
+ * was published, or is about to be): http_status (100-999), its
+ * error.code, its message and its Retry-After field as sent, each NULL or
+ * "" when it sent none.  The words replace the key's last ones, with this
+ * process's pid, its host name and the wall-clock time; they decide
+ * nothing, and `throttlectl show`, `watch` and `metrics` show them.  Each
+ * string is kept as valid UTF-8 without control bytes (a space for each
+ * control, '?' for a byte that is not UTF-8) and cut, with a "..." mark,
+ * to 63 bytes (code, Retry-After, host) or 199 (message).  The http layer
+ * (throttle_curl_perform) notes every refusal it publishes.  With a
+ * backend the words are kept in this host's segment, and a snapshot of the
+ * key on this host shows them.
+ * Errors: THROTTLE_EINVAL (NULL h, a status out of range), THROTTLE_EKEY,
+ * THROTTLE_EREADONLY, THROTTLE_EFULL, THROTTLE_ELOCKTIMEOUT,
+ * THROTTLE_ECORRUPT, THROTTLE_ESYS (no wall clock). */
+THROTTLE_EXTERN int throttle_note_refusal(throttle_t *h, const char *key,
+                                          int http_status, const char *code,
+                                          const char *message,
+                                          const char *retry_after);
+
 /* Snapshot one key into *out (free it with throttle_info_free).
  * Errors: THROTTLE_EINVAL, THROTTLE_EKEY, THROTTLE_ENOKEY, THROTTLE_ENOMEM,
  * THROTTLE_ELOCKTIMEOUT. */

@@ -379,17 +379,39 @@ int throttle__be_info(throttle_t *h, const char *key, throttle_info_t **out) {
   if (info == NULL)
     return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
   int rc = result(h, h->be->ops->info(h->be->state, key, info));
-  if (rc == 0)
+  if (rc == 0) {
+    throttle__refusal_merge(h, info); /* kept by this host (refusal.c) */
     *out = info;
-  else
+  } else {
     throttle__free(info);
+  }
   return rc;
+}
+
+/* Each key the backend lists, completed with what this host's segment
+ * kept of its last refusal (refusal.c) before the caller's fn sees it. */
+struct merged {
+  throttle_t *h;
+  int (*fn)(const throttle_info_t *, void *);
+  void *arg;
+  throttle_info_t *copy;
+};
+
+static int merge_one(const throttle_info_t *info, void *arg) {
+  struct merged *m = arg;
+  memcpy(m->copy, info, sizeof *m->copy);
+  throttle__refusal_merge(m->h, m->copy);
+  return m->fn(m->copy, m->arg);
 }
 
 int throttle__be_foreach(throttle_t *h,
                          int (*fn)(const throttle_info_t *, void *),
                          void *arg) {
-  int rc = h->be->ops->foreach(h->be->state, fn, arg);
+  struct merged m = {h, fn, arg, throttle__malloc(sizeof *m.copy)};
+  if (m.copy == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  int rc = h->be->ops->foreach(h->be->state, merge_one, &m);
+  throttle__free(m.copy);
   /* fn's own non-zero value is returned as it is */
   if (rc == THROTTLE__BE_DOWN || rc == 0)
     return result(h, rc);

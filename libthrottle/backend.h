@@ -30,7 +30,7 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 4u
+#define THROTTLE__BACKEND_ABI 5u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
 

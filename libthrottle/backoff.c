@@ -246,21 +246,31 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
     taken = rc == 0;
   }
   uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  if ((rc = throttle__lock(h)) == 0) {
-    uint64_t now = throttle__now_ns();
-    struct throttle__rec *r;
-    rc = throttle__insert_locked(h, key, len, hash, now, &r);
-    if (rc == 0) {
-      THROTTLE__CRASHPOINT("mid-update");
-      throttle__publish_locked(h, r, now, delay);
-    }
-    throttle__unlock(h);
-  }
-  if (rc != 0 && taken)
-    rc = 0;
-  if (rc == 0)
+  uint64_t now;
+  struct throttle__rec *r;
+  if ((rc = throttle__lock_record(h, key, len, &now, &r)) != 0) {
+    if (!taken)
+      return rc;
+    /* the backend took it: the segment's copy failing is no error */
     throttle__clear_msg(h);
+    return 0;
+  }
+  THROTTLE__CRASHPOINT("mid-update");
+  throttle__publish_locked(h, r, now, delay);
+  throttle__unlock(h);
+  throttle__clear_msg(h);
+  return 0;
+}
+
+int throttle__lock_record(throttle_t *h, const char *key, size_t len,
+                          uint64_t *now, struct throttle__rec **r) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  *now = throttle__now_ns();
+  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
+    throttle__unlock(h);
   return rc;
 }
 
@@ -673,6 +683,7 @@ static void snapshot(const throttle_t *h, const struct throttle__rec *r,
           : 0;
   f[THROTTLE_FIELD_CLEARS] = to_i64(r->clears);
   throttle__gate_snapshot(r, now, out);
+  throttle__refusal_copy(&out->refusal, &r->refusal);
 }
 
 THROTTLE_EXTERN const char *throttle_field_name(throttle_field_t f) {

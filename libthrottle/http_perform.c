@@ -333,6 +333,7 @@ enum step { STEP_DONE, STEP_AGAIN };
 /* What one throttle_curl_perform() call carries from attempt to attempt. */
 struct call {
   throttle_t *h;
+  const char *key;
   CURL *easy;
   const throttle_curl_policy_t *p;
   struct tee *t;
@@ -395,6 +396,22 @@ static enum step transport_error(struct call *c, throttle_ticket_t *ticket,
   }
   return next_or_give_up(c, full_jitter(p, c->local++),
                          THROTTLE_CURL_TRANSPORT);
+}
+
+/* What the server said of a refusal just published, kept beside it for
+ * the operator (throttle_note_refusal): the Retry-After field as sent (its
+ * first, when sent more than once).  A failure to keep it changes nothing
+ * of the call: the words only explain the back-off. */
+static void note_refusal(const struct call *c, long status) {
+  struct curl_header *hd;
+  const char *ra = NULL;
+  if (curl_easy_header(c->easy, "Retry-After", 0, CURLH_HEADER, -1, &hd) ==
+      CURLHE_OK)
+    ra = hd->value;
+  if (throttle_note_refusal(c->h, c->key, (int)status, c->r->code,
+                            c->r->message, ra) != 0)
+    say(c->p, "keeping what the server said failed: %s",
+        throttle_errmsg(c->h));
 }
 
 /* One attempt: send, classify, leave.  ticket is NULL for an attempt sent
@@ -477,6 +494,8 @@ static enum step attempt(struct call *c, throttle_ticket_t *ticket) {
   /* Published only when there was a slot to report to and the report
    * worked; otherwise this process alone honours it, below. */
   int published = ticket != NULL && lrc == 0;
+  if (published && publish)
+    note_refusal(c, status);
   if (publish)
     say(p, "attempt %u: HTTP %ld%s%s -> %s; %s not-before +%llu ms (%s)", n,
         status, r->code[0] ? " " : "", r->code, outcome_name(o),
@@ -551,7 +570,7 @@ THROTTLE_EXTERN int throttle_curl_perform(throttle_t *h, CURL *easy,
                           ? UINT64_MAX
                           : start + p->deadline_ms;
   struct tee t = {.easy = easy, .p = p};
-  struct call c = {.h = h, .easy = easy, .p = p, .t = &t, .r = r,
+  struct call c = {.h = h, .key = key, .easy = easy, .p = p, .t = &t, .r = r,
                    .start = start, .deadline = deadline};
   /* Every answer is classified from its status and body, so libcurl must
    * not turn a 409 into an error and drop the body. */

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define THROTTLE__MAGIC UINT64_C(0x5448524f54544c31) /* "THROTTL1" */
-#define THROTTLE__LAYOUT 5u
+#define THROTTLE__LAYOUT 6u
 #define THROTTLE__KEY_MAX 255u
 #define THROTTLE__CACHELINE 64
 #define THROTTLE__MAX_PROBE 64u       /* bound on any index walk */
@@ -120,6 +120,24 @@ struct throttle__slot {
   uint64_t since_mono_ns; /* the grant on CLOCK_MONOTONIC: the lease's clock */
 };
 
+/* What the server said when it last refused a key (throttle_note_refusal,
+ * refusal.c): kept as text that is valid UTF-8 without control bytes,
+ * cut to these sizes (NUL included), and judged so again when read (I8). */
+#define THROTTLE__REFUSAL_CODE 64
+#define THROTTLE__REFUSAL_MSG 200
+#define THROTTLE__REFUSAL_RA 64
+#define THROTTLE__REFUSAL_HOST 64
+struct throttle__refusal {
+  uint64_t wall_ns; /* CLOCK_REALTIME of the note; 0 = none */
+  uint32_t pid;     /* of the process that noted it */
+  uint16_t status;  /* HTTP status, 100..999 */
+  uint16_t pad_;
+  char code[THROTTLE__REFUSAL_CODE];   /* error.code, "" when none */
+  char msg[THROTTLE__REFUSAL_MSG];     /* error.message, "" when none */
+  char ra[THROTTLE__REFUSAL_RA];       /* the Retry-After field as sent */
+  char host[THROTTLE__REFUSAL_HOST];   /* the noting process's host name */
+};
+
 /* One key.  Line 0 holds what the lock-free path reads. */
 struct throttle__rec {
   /* Read without the mutex (written with atomic stores under it): */
@@ -189,6 +207,7 @@ struct throttle__rec {
   uint64_t reclaims;
   uint64_t canceled;
   uint64_t permanent;
+  struct throttle__refusal refusal; /* the last one, as noted */
   struct throttle__slot slot[THROTTLE__SLOTS];
 } __attribute__((aligned(THROTTLE__CACHELINE)));
 
@@ -364,6 +383,7 @@ struct throttle_info {
     uint64_t age_ms; /* since the grant (holder) or the arrival (waiter) */
     char host[64];   /* "" on the segment */
   } holder[THROTTLE__SLOTS], waiter[THROTTLE__SLOTS]; /* waiters: FIFO */
+  struct throttle__refusal refusal; /* wall_ns 0: none noted */
 };
 
 /* Thread-local state of the library.  Initial-exec: a plain %fs-relative
@@ -459,6 +479,11 @@ struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
+/* backoff.c: the mutex taken and key's record found or made (len as
+ * throttle__check_key measured it): 0 with the mutex held, *now read
+ * under it and *r set; an error with the mutex released. */
+int throttle__lock_record(throttle_t *h, const char *key, size_t len,
+                          uint64_t *now, struct throttle__rec **r);
 void throttle__init_table(throttle_t *h);
 void throttle__repair_locked(throttle_t *h);
 /* The not-before, pulled in (and stored so) when beyond the segment's
@@ -606,6 +631,16 @@ void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
+/* refusal.c: src as valid UTF-8 without control bytes (a space for each,
+ * '?' for a byte that is not UTF-8), cut to fit size with a "..." mark;
+ * returns its length.  The refusal of a record as a snapshot shows it
+ * (judged again), and a backend's snapshot completed from this host's
+ * segment. */
+size_t throttle__clean_text(char *dst, size_t size, const char *src,
+                            size_t len);
+void throttle__refusal_copy(struct throttle__refusal *dst,
+                            const struct throttle__refusal *src);
+void throttle__refusal_merge(throttle_t *h, throttle_info_t *info);
 /* The waiters a snapshot counts but does not list (from its counts and
  * its list: every backend's snapshot ends with it; inline, as the Redis
  * module sees no symbol of the core). */

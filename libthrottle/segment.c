@@ -65,6 +65,7 @@ uint64_t throttle__fingerprint(void) {
       sizeof(struct throttle__rec),
       offsetof(struct throttle__rec, key),
       offsetof(struct throttle__rec, publishes),
+      offsetof(struct throttle__rec, refusal),
       sizeof(void *),
       sizeof(long),
       THROTTLE__KEY_MAX,

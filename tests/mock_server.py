@@ -41,7 +41,9 @@ API
                              503 SERVICE_UNAVAILABLE, ...).  retry_after
                              defaults to --retry-after; null sends none.
   POST /admin/hold           {"table": t, "ms": N} (optional "workspace"):
-                             lock t for N ms from now (answers at once).
+                             lock t for N ms from now (answers at once);
+                             optional "message": the 409's error.message
+                             while it holds (any string, controls too).
   POST /admin/release        {"table": t} (optional "workspace"): end t's
                              hold now.
   POST /admin/concurrency    {"n": N}: tables without their own admit N loads
@@ -158,6 +160,7 @@ class Table(Scope):
         self.exists = False
         self.concurrency = None  # its own N; None: the server's default
         self.held_until = 0.0  # monotonic; /admin/hold
+        self.hold_message = None  # /admin/hold's "message"; None: default
         self.in_flight = 0
         self.refused = 0
         self.max_concurrent = 0
@@ -438,6 +441,7 @@ class Handler(BaseHTTPRequestHandler):
         if fail is None:
             return self.error(
                 409, "RESOURCE_LOCKED",
+                t.hold_message if t.hold_message is not None else
                 "table '%s' is locked by another operation" % name,
                 locked_headers)
         if fail:
@@ -485,9 +489,14 @@ class Handler(BaseHTTPRequestHandler):
                     not is_number(ms) or ms < 0:
                 return self.error(400, "BAD_REQUEST",
                                   'expected {"table": "...", "ms": N}')
+            message = obj.get("message")
+            if message is not None and not isinstance(message, str):
+                return self.error(400, "BAD_REQUEST",
+                                  '"message" must be a string')
             with st.lock:
                 t = st.table(ws, name)
                 t.held_until = max(t.held_until, time.monotonic() + ms / 1000.0)
+                t.hold_message = message
             return self.answer(200, {"table": name, "ms": ms})
         if what == "release":
             name = obj.get("table")

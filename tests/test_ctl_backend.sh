@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # test_ctl_backend.sh — whether the backend is up, as an operator reads it
-# during an outage: ls, ls --json, show, watch's header and metrics say
+# during an outage: ls, ls --json, show, show --json, segments (text and
+# --json), watch's header and metrics say
 # "up" while Redis answers; with redis-server stopped they say it is
 # unreachable, since when, and how many calls this host's segment served
 # meanwhile; with it back, up again.  A real redis-server on a unix
@@ -22,6 +23,12 @@ check "backoff through Redis: exit 0" 0 $?
 check_true "ls: the backend is up" grep -q "^backend $REDIS_URL: up;" "$tmp/ls"
 "$ctl" ls --json >"$tmp/ls.json"
 check_true "ls --json: backend_up true" grep -q '"backend_up":true,"backend_down_ms":0,' "$tmp/ls.json"
+"$ctl" show k --json >"$tmp/show.json"
+check_true "show --json: backend_up true" grep -q "\"backend\":\"$REDIS_URL\",\"backend_up\":true," "$tmp/show.json"
+"$ctl" segments >"$tmp/segs" 2>&1
+check_true "segments: the backend is up" grep -q "^backend $REDIS_URL: up;" "$tmp/segs"
+"$ctl" segments --json >"$tmp/segs.json"
+check_true "segments --json: backend_up true" grep -q "^{\"schema\":1,\"backend\":\"$REDIS_URL\",\"backend_up\":true," "$tmp/segs.json"
 "$ctl" metrics >"$tmp/m"
 check_true "metrics: throttle_backend_up 1" \
   grep -q "^throttle_backend_up{segment=\"$SEG\",backend=\"$REDIS_URL\"} 1\$" "$tmp/m"
@@ -39,6 +46,13 @@ check_true "  says it is unreachable, since when, and what the segment served" \
 check_true "ls --json: backend_up false" grep -q '"backend_up":false,"backend_down_ms":[0-9]*,"backend_served_meanwhile":[1-9]' "$tmp/ls.json"
 "$ctl" show k >"$tmp/show" 2>/dev/null
 check_true "show: the same line" grep -q "^backend $REDIS_URL: UNREACHABLE" "$tmp/show"
+"$ctl" show k --json >"$tmp/show.json" 2>/dev/null
+check_true "show --json: backend_up false, since when, what the segment served" \
+  grep -q '"backend_up":false,"backend_down_ms":[0-9]*,"backend_served_meanwhile":[1-9]' "$tmp/show.json"
+"$ctl" segments >"$tmp/segs" 2>/dev/null
+check_true "segments: the same line" grep -q "^backend $REDIS_URL: UNREACHABLE for" "$tmp/segs"
+"$ctl" segments --json >"$tmp/segs.json" 2>/dev/null
+check_true "segments --json: backend_up false" grep -q '"backend_up":false,"backend_down_ms":[0-9]*,' "$tmp/segs.json"
 "$ctl" metrics >"$tmp/m" 2>/dev/null
 check_true "metrics: throttle_backend_up 0" \
   grep -q "^throttle_backend_up{segment=\"$SEG\",backend=\"$REDIS_URL\"} 0\$" "$tmp/m"

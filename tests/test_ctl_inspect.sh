@@ -91,6 +91,22 @@ check_true "a pool's row has pool=\"true\"" \
   grep -q "^throttle_key_cap{segment=\"$pseg\",key=\"mpool\",pool=\"true\"} 3\$" "$tmp/m2.txt"
 check_true "  a key's below it has not" \
   grep -q "^throttle_key_cap{segment=\"$pseg\",key=\"mpool/t\",scope=\"mpool\"} 2\$" "$tmp/m2.txt"
+# One request held beneath the pool: the pool's own families name it by
+# its scope, and summing the key rows without pool="true" counts it once.
+"$T" --segment "$pseg" run mpool/t -- sh -c "echo \$\$ >'$tmp/held.tmp'; mv '$tmp/held.tmp' '$tmp/held'; exec sleep 30" >/dev/null 2>&1 &
+held=$!
+i=0
+until [ -f "$tmp/held" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i + 1)); done
+"$T" --segment "$pseg" metrics >"$tmp/m3.txt"
+kill "$(cat "$tmp/held")" 2>/dev/null; wait "$held" 2>/dev/null
+check_true "throttle_pool_in_flight by scope: the request held beneath" \
+  grep -q "^throttle_pool_in_flight{segment=\"$pseg\",scope=\"mpool\"} 1\$" "$tmp/m3.txt"
+check_true "throttle_pool_cap by scope" \
+  grep -q "^throttle_pool_cap{segment=\"$pseg\",scope=\"mpool\"} 3\$" "$tmp/m3.txt"
+check "sum of throttle_key_in_flight without the pool rows: 1" 1 \
+  "$(grep '^throttle_key_in_flight{' "$tmp/m3.txt" | grep -v 'pool="true"' | awk '{s += $2} END {print s}')"
+check "no pool family names a key that is no pool" 0 \
+  "$(grep -c '^throttle_pool_[a-z_]*{.*scope="mpool/t"' "$tmp/m3.txt")"
 rm_pool
 # A segment that is gone: FILE is rewritten with throttle_up 0 and no
 # figure, not left with the last ones looking current.

@@ -583,7 +583,9 @@ static void test_throttlectl_ls_json_parses(void **state) {
       "k={x['key']:x for x in d['keys']}\n"
       "assert k['alpha']['remaining_ms']>0 and k['beta']['remaining_ms']==0\n"
       "assert all(isinstance(v,int) for x in d['keys'] for n,v in x.items()"
-      " if n not in ('key','holders','waiters','scope','beneath'))\n"
+      " if n not in ('key','holders','waiters','scope','beneath',"
+      "'last_refusal'))\n"
+      "assert all(x['last_refusal'] is None for x in d['keys'])\n"
       "assert k['alpha']['scope'] is None and k['alpha']['beneath']['keys']==0\n"
       "assert all(x['holders']==[] for x in d['keys'])\n"
       "assert all(x['waiters']==[] for x in d['keys'])\n";

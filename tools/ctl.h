@@ -57,6 +57,9 @@ enum opt_id {
   OPT_TIMEOUT,
   OPT_INTERVAL, /* watch */
   OPT_PUBLISH, /* http: repeatable */
+  OPT_STATUS,  /* backoff: what the server said */
+  OPT_CODE,
+  OPT_MESSAGE,
   OPT_COUNT_
 };
 #define OPT(id) (1u << (id))
@@ -110,6 +113,7 @@ struct ctx {
   int nlist[OPT_COUNT_];
   /* Values checked before the segment is opened. */
   uint64_t ms;           /* backoff: the delay */
+  int status;            /* backoff --status: 0 = none */
   uint64_t timeout_ms;   /* wait, run, http: THROTTLE_FOREVER without
                             --timeout */
   uint32_t max_parallel; /* --max-parallel: 0 = auto */
@@ -251,6 +255,26 @@ extern const struct ctl_env ctl_env_vars[];
 /* A warning for each THROTTLE_* variable set that nothing reads. */
 void ctl_env_check(void);
 
+/* ---- the last refusal (ctl_refusal.c) ---------------------------------- */
+
+/* What the server said when it last refused a key (throttle_info_refusal):
+ * status 0 when none was noted. */
+struct ctl_refusal {
+  int status;
+  int64_t at_ms, pid; /* at_ms: ms since the epoch */
+  char code[64], msg[200], ra[64], host[64];
+};
+void ctl_refusal_take(const throttle_info_t *info, struct ctl_refusal *r);
+/* ms since it was noted, by this host's wall clock (0 when ahead). */
+int64_t ctl_refusal_ago_ms(const struct ctl_refusal *r);
+/* "409 RESOURCE_LOCKED 'table orders is locked', Retry-After 5, 2.1s ago,
+ * pid 4242 loader (host b)", or "none"; the process name (looked up now)
+ * only when comm. */
+void ctl_refusal_text(const struct ctl_refusal *r, bool comm, char *buf,
+                      size_t len);
+/* `,"last_refusal":{...}` or `,"last_refusal":null` for a JSON object. */
+void ctl_refusal_json(FILE *f, const struct ctl_refusal *r);
+
 /* ---- commands in their own files -------------------------------------- */
 
 /* ctl_keys.c: every key's fields (no holders) and the segment's figures,
@@ -261,6 +285,7 @@ struct ctl_key {
   /* Its holders as "PID COMM" (this host) or "PID@HOST", comma-separated,
    * "+N" for those that did not fit; "-" for none. */
   char holders[128];
+  struct ctl_refusal refusal; /* what the server said last */
 };
 struct ctl_keys {
   struct ctl_key *v; /* in key order */

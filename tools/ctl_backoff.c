@@ -8,14 +8,33 @@
  */
 #include "ctl.h"
 
+/* backoff KEY RETRY_AFTER [--status N [--code CODE] [--message TEXT]]:
+ * the words are those a script read from the server's answer. */
 int ctl_check_backoff(struct ctx *c) {
-  return ctl_check_duration(c, "RETRY_AFTER", c->args[1], 0, UINT64_MAX,
-                            &c->ms);
+  int rc = ctl_check_duration(c, "RETRY_AFTER", c->args[1], 0, UINT64_MAX,
+                              &c->ms);
+  if (rc != 0)
+    return rc;
+  uint64_t v = 0;
+  c->status = 0;
+  if (c->opt[OPT_STATUS] != NULL) {
+    if (ctl_parse_uint(c->opt[OPT_STATUS], 100, 999, &v) != 0)
+      return ctl_usage_error(c->cmd, "--status %s: an HTTP status, 100 to 999",
+                             c->opt[OPT_STATUS]);
+    c->status = (int)v;
+  } else if (c->opt[OPT_CODE] != NULL || c->opt[OPT_MESSAGE] != NULL) {
+    return ctl_usage_error(c->cmd, "--code and --message need --status");
+  }
+  return 0;
 }
 
 int ctl_cmd_backoff(struct ctx *c) {
   (void)ctl_warn_max_delay(c, "backoff: RETRY_AFTER", c->args[1], c->ms);
   int rc = throttle_backoff(c->h, c->args[0], c->ms);
+  /* The words after the back-off they explain (a note never delays). */
+  if (rc == 0 && c->status != 0)
+    rc = throttle_note_refusal(c->h, c->args[0], c->status, c->opt[OPT_CODE],
+                               c->opt[OPT_MESSAGE], c->args[1]);
   return rc != 0 ? ctl_lib_fail(c, rc) : XIT_OK;
 }
 

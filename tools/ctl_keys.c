@@ -29,6 +29,7 @@ struct keyrow {
   int64_t field[THROTTLE_FIELD_COUNT_];
   size_t hfirst, hcount; /* its holders in rows->hv */
   size_t wcount;         /* then its waiters, in arrival order */
+  struct ctl_refusal refusal;
 };
 
 struct rows {
@@ -154,6 +155,7 @@ static int collect(const throttle_info_t *info, void *arg) {
   snprintf(row->key, sizeof row->key, "%s", throttle_info_key(info));
   for (int f = 0; f < THROTTLE_FIELD_COUNT_; f++)
     row->field[f] = throttle_info_get(info, (throttle_field_t)f);
+  ctl_refusal_take(info, &row->refusal);
   row->hfirst = rows->hn;
   row->hcount = 0;
   for (size_t i = 0;; i++) {
@@ -234,11 +236,13 @@ static void party_json_tail(FILE *f, const struct holder *hd) {
  * "key_base64" (ctl_json_key). */
 static void key_json(FILE *f, const struct rows *rows,
                      const struct keyrow *row, bool schema,
-                     const struct beneath *t) {
+                     const struct beneath *t, const throttle_t *h) {
   fputc('{', f);
   if (schema)
     fprintf(f, "\"schema\":%d,", CTL_JSON_SCHEMA);
   ctl_json_key(f, row->key);
+  if (h != NULL) /* show: the backend that answered, and its health */
+    ctl_backend_json(f, h);
   const char *slash = strrchr(row->key, '/');
   fputs(",\"scope\":", f); /* the key's own scope: its prefix at the last / */
   if (slash != NULL && slash > row->key) {
@@ -264,6 +268,7 @@ static void key_json(FILE *f, const struct rows *rows,
             ",\"beneath\":{\"keys\":%lld,\"in_flight\":%lld,"
             "\"waiting\":%lld}",
             (long long)t->keys, (long long)t->flight, (long long)t->wait);
+  ctl_refusal_json(f, &row->refusal);
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < row->hcount; i++) {
     const struct holder *hd = &rows->hv[row->hfirst + i];
@@ -335,6 +340,7 @@ static int collect_fields(const throttle_info_t *info, void *arg) {
   for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++)
     m->f[i] = throttle_info_get(info, (throttle_field_t)i);
   holders_text(info, m->holders, sizeof m->holders);
+  ctl_refusal_take(info, &m->refusal);
   return 0;
 }
 
@@ -511,7 +517,7 @@ int ctl_cmd_ls(struct ctx *c) {
       fputc(',', stdout);
     struct beneath sum = {rows.v[i].key, 0, tr.keys[i], tr.flight[i],
                           tr.wait[i]};
-    key_json(stdout, &rows, &rows.v[i], false, &sum);
+    key_json(stdout, &rows, &rows.v[i], false, &sum, NULL);
   }
   fputs("]}\n", stdout);
   tree_free(&tr);
@@ -606,12 +612,17 @@ int ctl_cmd_show(struct ctx *c) {
   if (throttle_foreach(c->h, add_beneath, &b) != 0)
     b.keys = b.flight = b.wait = 0; /* a snapshot that failed: none known */
   if (c->opt[OPT_JSON] != NULL) {
-    key_json(stdout, &rows, row, true, &b);
+    key_json(stdout, &rows, row, true, &b, c->h);
     fputc('\n', stdout);
   } else {
     char key[KEY_TEXT_MAX];
     printf("key: %s\n", ctl_key_text(row->key, key, sizeof key));
     learner_text(row->field);
+    if (row->refusal.status != 0) { /* a line only when one was noted */
+      char said[1024];
+      ctl_refusal_text(&row->refusal, true, said, sizeof said);
+      printf("last refusal: %s\n", said);
+    }
     for (int i = 0; i < THROTTLE_FIELD_COUNT_; i++) {
       const char *name = throttle_field_name((throttle_field_t)i);
       if (name != NULL)

@@ -95,7 +95,7 @@ static void scope_of(const char *key, char *scope, size_t size) {
  * admissions are also those of its keys (pool="true": summing the rows
  * without it counts each request once). */
 static void key_labels(FILE *f, const char *segment, const char *key,
-                       bool pool, const char *extra) {
+                       bool pool, const char *extra, const char *code) {
   char scope[KEY_MAX + 1];
   scope_of(key, scope, sizeof scope);
   fputs("{segment=\"", f);
@@ -108,6 +108,8 @@ static void key_labels(FILE *f, const char *segment, const char *key,
     fputs(",pool=\"true\"", f);
   if (extra != NULL)
     fprintf(f, ",%s", extra);
+  if (code != NULL && code[0] != 0)
+    label(f, "code", code);
   fputc('}', f);
 }
 
@@ -293,6 +295,54 @@ static void write_scopes(FILE *f, const char *seg, const struct ctl_keys *k) {
   free(v);
 }
 
+/* When the server last refused each key that has a note, with what it
+ * said as labels (status and error.code: few values per key, so the
+ * series stay few; the message is for show).  A new refusal with other
+ * words starts another series: time() - max by (key) (...) is the age. */
+static void write_refusals(FILE *f, const char *seg,
+                           const struct ctl_keys *k) {
+  static const char name[] = "throttle_key_last_refusal_timestamp_seconds";
+  head(f, name, GAUGE,
+       "When the server last refused the key (Unix time, by the noting "
+       "host's clock); labels status and code say what it answered.");
+  for (size_t j = 0; j < k->n; j++) {
+    const struct ctl_refusal *r = &k->v[j].refusal;
+    if (r->status == 0)
+      continue;
+    char extra[32];
+    snprintf(extra, sizeof extra, "status=\"%d\"", r->status);
+    fputs(name, f);
+    key_labels(f, seg, k->v[j].key, is_pool(k, j), extra, r->code);
+    fprintf(f, " %lld.%03lld\n", (long long)(r->at_ms / 1000),
+            (long long)(r->at_ms % 1000));
+  }
+}
+
+/* A pool's occupancy by its scope (the `scope` label names the pool
+ * itself here), beside the throttle_scope_* sums of the keys beneath it:
+ * its row as a key (pool="true") is kept, but summing throttle_key_* rows
+ * with it counts a request twice, these never do. */
+static const struct family pool_families[] = {
+    {"throttle_pool_in_flight",
+     "Admissions the pool (a scope with keys beneath it) holds now.", 1,
+     GAUGE, THROTTLE_FIELD_IN_FLIGHT},
+    {"throttle_pool_cap",
+     "Concurrent admissions the pool allows beneath it now.", 1, GAUGE,
+     THROTTLE_FIELD_CAP},
+};
+
+static void write_pools(FILE *f, const char *seg, const struct ctl_keys *k) {
+  for (size_t i = 0; i < sizeof pool_families / sizeof pool_families[0];
+       i++) {
+    const struct family *fam = &pool_families[i];
+    head(f, fam->name, fam->type, fam->help);
+    for (size_t j = 0; j < k->n; j++)
+      if (is_pool(k, j))
+        scope_sample(f, fam->name, seg, k->v[j].key, NULL,
+                     k->v[j].f[fam->field]);
+  }
+}
+
 static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
   write_status(f, seg, 1);
   if (strcmp(k->backend, "shm") != 0) {
@@ -338,18 +388,20 @@ static void write_metrics(FILE *f, const char *seg, const struct ctl_keys *k) {
       bool pool = is_pool(k, j);
       if (fam->field < 0) {
         fputs(fam->name, f);
-        key_labels(f, seg, m->key, pool, "class=\"live\"");
+        key_labels(f, seg, m->key, pool, "class=\"live\"", NULL);
         value(f, m->f[THROTTLE_FIELD_WAITING_LIVE], 1);
         fputs(fam->name, f);
-        key_labels(f, seg, m->key, pool, "class=\"backfill\"");
+        key_labels(f, seg, m->key, pool, "class=\"backfill\"", NULL);
         value(f, m->f[THROTTLE_FIELD_WAITING_BACKFILL], 1);
         continue;
       }
       fputs(fam->name, f);
-      key_labels(f, seg, m->key, pool, NULL);
+      key_labels(f, seg, m->key, pool, NULL, NULL);
       value(f, m->f[fam->field], fam->scale);
     }
   }
+  write_refusals(f, seg, k);
+  write_pools(f, seg, k);
   write_scopes(f, seg, k);
 }
 

@@ -100,7 +100,7 @@ static int least_idle(const throttle_info_t *info, void *arg) {
 
 /* Fill s from the object /dev/shm/NAME; 0 to list it, -1 to skip it (not
  * a segment, or not one we can tell is ours). */
-static int probe(const char *file, struct seg *s) {
+static int probe(const char *file, struct seg *s, throttle_t **bh) {
   char path[sizeof SHM_DIR + 256];
   struct stat st;
   snprintf(path, sizeof path, SHM_DIR "/%s", file);
@@ -130,7 +130,12 @@ static int probe(const char *file, struct seg *s) {
                : -1;
   if ((s->rc = throttle_stats(h, &s->cap, &s->used, NULL, NULL)) == 0)
     s->rc = throttle_foreach(h, least_idle, &s->idle_ms);
-  throttle_close(h);
+  /* With a backend, the first handle that asked it is kept: it says
+   * whether the backend answered (ctl_cmd_segments). */
+  if (*bh == NULL && strcmp(throttle_backend(h), "shm") != 0)
+    *bh = h;
+  else
+    throttle_close(h);
   return 0;
 }
 
@@ -147,8 +152,11 @@ static const char *owner_name(uid_t uid, char *buf, size_t len) {
   return buf;
 }
 
-static void segments_json(const struct seg *v, size_t n) {
-  printf("{\"schema\":%d,\"segments\":[", CTL_JSON_SCHEMA);
+static void segments_json(const struct seg *v, size_t n, const throttle_t *bh) {
+  printf("{\"schema\":%d", CTL_JSON_SCHEMA);
+  if (bh != NULL) /* a backend: whether it answered */
+    ctl_backend_json(stdout, bh);
+  printf(",\"segments\":[");
   for (size_t i = 0; i < n; i++) {
     const struct seg *s = &v[i];
     char owner[64];
@@ -229,6 +237,7 @@ int ctl_cmd_segments(struct ctx *c) {
   struct seg *v = NULL;
   size_t n = 0, cap = 0;
   int rc = XIT_OK;
+  throttle_t *bh = NULL; /* with a backend: a handle that asked it */
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     if (e->d_name[0] == '.' || strlen(e->d_name) > 200)
       continue;
@@ -243,7 +252,7 @@ int ctl_cmd_segments(struct ctx *c) {
       v = nv;
       cap = ncap;
     }
-    if (probe(e->d_name, &v[n]) == 0)
+    if (probe(e->d_name, &v[n], &bh) == 0)
       n++;
   }
   closedir(d);
@@ -251,14 +260,18 @@ int ctl_cmd_segments(struct ctx *c) {
     if (n > 1)
       qsort(v, n, sizeof *v, by_name);
     if (c->opt[OPT_JSON] != NULL)
-      segments_json(v, n);
+      segments_json(v, n, bh);
     else if (n == 0)
       printf("no libthrottle segments in " SHM_DIR "\n");
     else if (segments_text(v, n) != 0) {
       ctl_say("out of memory");
       rc = XIT_FAIL;
+    } else if (bh != NULL) {
+      ctl_backend_text(stdout, bh);
     }
   }
+  if (bh != NULL)
+    throttle_close(bh);
   free(v);
   return rc;
 }

@@ -120,15 +120,16 @@ enum {
   W_LOCKED,
   W_STATE,
   W_HOLDERS,
+  W_REFUSAL,
   W_NCOLS
 };
 #define CELL 128
 
 static const char *const w_head[W_NCOLS] = {
     "KEY",   "LEFT",   "FLIGHT", "WAIT",   "ADMIT/s", "REFUSED/s",
-    "ADMIT", "LOCKED", "STATE",  "HOLDERS"};
-static const bool w_right[W_NCOLS] = {false, true, true, true,  true,
-                                      true,  true, true, false, false};
+    "ADMIT", "LOCKED", "STATE",  "HOLDERS", "LAST REFUSAL"};
+static const bool w_right[W_NCOLS] = {false, true, true,  true,  true, true,
+                                      true,  true, false, false, false};
 
 /* Per second between two readings of a counter; "-" without a previous
  * one (first frame, or a key new since), and "-" when the counter went
@@ -141,6 +142,29 @@ static void rate_cell(char *buf, const struct ctl_key *prev,
   }
   double r = (double)(w->f[field] - prev->f[field]) * 1000.0 / (double)dt_ms;
   snprintf(buf, CELL, "%.1f", r);
+}
+
+/* What the server said last, short: `409 RESOURCE_LOCKED 2.1s ago "table
+ * orders is locked by..."` (show has it whole); "-" for none. */
+static void refusal_cell(const struct ctl_refusal *r, char *buf) {
+  if (r->status == 0) {
+    snprintf(buf, CELL, "-");
+    return;
+  }
+  char code[4 * sizeof r->code], msg[48], ago[32];
+  int n = snprintf(buf, CELL, "%d%s%s %s ago", r->status, r->code[0] ? " " : "",
+                   ctl_key_text(r->code, code, sizeof code),
+                   ctl_human_ms(ctl_refusal_ago_ms(r), false, ago, sizeof ago));
+  if (r->msg[0] == 0 || n < 0 || n >= CELL)
+    return;
+  /* The message cut to fit the cell (never inside an escape or a UTF-8
+   * sequence: ctl_key_text cuts whole). */
+  size_t room = (size_t)(CELL - n) > sizeof msg ? sizeof msg : (size_t)(CELL - n);
+  if (room > 8) {
+    ctl_key_text(r->msg, msg, room - 6);
+    snprintf(buf + n, CELL - (size_t)n, " \"%s%s\"", msg,
+             strlen(msg) < strlen(r->msg) ? "..." : "");
+  }
 }
 
 static void cells(const struct ctl_key *w, const struct ctl_key *prev,
@@ -165,6 +189,7 @@ static void cells(const struct ctl_key *w, const struct ctl_key *prev,
   snprintf(out[W_LOCKED], CELL, "%lld", (long long)f[THROTTLE_FIELD_LOCKED]);
   ctl_state_text(f, out[W_STATE], CELL);
   snprintf(out[W_HOLDERS], CELL, "%s", w->holders);
+  refusal_cell(&w->refusal, out[W_REFUSAL]);
 }
 
 /* ---- drawing ---------------------------------------------------------- */
@@ -214,10 +239,12 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
   char(*cell)[W_NCOLS][CELL] = calloc(shown + 1, sizeof *cell);
   char(*old)[W_NCOLS][CELL] = calloc(shown + 1, sizeof *old);
   bool *had = calloc(shown + 1, sizeof *had);
-  if (cell == NULL || old == NULL || had == NULL) {
+  int64_t *prev_at = calloc(shown + 1, sizeof *prev_at);
+  if (cell == NULL || old == NULL || had == NULL || prev_at == NULL) {
     free(cell);
     free(old);
     free(had);
+    free(prev_at);
     return;
   }
   uint64_t dt = have_prev ? fr->mono_ms - prev->mono_ms : 0;
@@ -229,8 +256,10 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
         have_prev ? find_prev(prev, fr->k.v[r].key) : NULL;
     cells(&fr->k.v[r], p, dt, cell[r]);
     had[r] = p != NULL;
-    if (p != NULL) /* what the previous frame showed for it */
+    if (p != NULL) { /* what the previous frame showed for it */
       cells(p, NULL, 0, old[r]);
+      prev_at[r] = p->refusal.at_ms;
+    }
     for (int i = 0; i < W_NCOLS; i++)
       if (text_width(cell[r][i]) > w[i])
         w[i] = text_width(cell[r][i]);
@@ -255,6 +284,9 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
        * reads differently (rates are new every frame: not highlighted). */
       bool hot = scr->tty && have_prev && i != W_ADMIT_RATE &&
                  i != W_REFUSED_RATE && (!had[r] || strcmp(s, old[r][i]) != 0);
+      /* the refusal's age changes every frame: hot only for a new one */
+      if (hot && i == W_REFUSAL && had[r])
+        hot = fr->k.v[r].refusal.at_ms != prev_at[r];
       fprintf(o, "%s%*s%s%s%s%*s", i ? "  " : "", w_right[i] ? (int)pad : 0, "",
               hot ? "\033[1;7m" : "", s, hot ? "\033[0m" : "",
               (!w_right[i] && i < W_NCOLS - 1) ? (int)pad : 0, "");
@@ -274,6 +306,7 @@ static void draw(FILE *o, const struct ctx *c, const struct screen *scr,
   free(cell);
   free(old);
   free(had);
+  free(prev_at);
 }
 
 /* ---- the terminal ----------------------------------------------------- */

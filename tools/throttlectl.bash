@@ -37,7 +37,8 @@ _throttlectl() {
     --rate) COMPREPLY=($(compgen -W "off" -- "$cur")); return ;;
     -o | --output) _filedir; return ;;
     -X | --request) COMPREPLY=($(compgen -W "GET POST PUT PATCH DELETE HEAD" -- "$cur")); return ;;
-    --timeout | --retries | --interval | --backfill-share | -H | --header | -d | --data | --data-binary)
+    --timeout | --retries | --interval | --backfill-share | -H | --header | -d | --data | --data-binary | \
+    --status | --code | --message)
       return ;;
   esac
   if [[ -z $cmd ]]; then

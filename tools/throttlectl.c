@@ -85,6 +85,13 @@ static const struct option_spec options[OPT_COUNT_] = {
                      "parts); default locked=key 429=root 503=root "
                      "(repeatable)",
                      .repeat = true},
+    [OPT_STATUS] = {"--status", NULL, "N",
+                    "keep what the server said: its HTTP status (100 to "
+                    "999), shown by show, watch and metrics"},
+    [OPT_CODE] = {"--code", NULL, "CODE",
+                  "with --status: the answer's error.code"},
+    [OPT_MESSAGE] = {"--message", NULL, "TEXT",
+                     "with --status: the answer's error.message"},
 };
 
 /* Where `http` means something else by a shared option. */
@@ -126,6 +133,7 @@ static const struct command commands[] = {
                 "from now",
      .min_args = 2,
      .max_args = 2,
+     .opts = OPT(OPT_STATUS) | OPT(OPT_CODE) | OPT(OPT_MESSAGE),
      .key_first = true,
      .open = OPEN_CREATE,
      .check = ctl_check_backoff,

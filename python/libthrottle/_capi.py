@@ -114,6 +114,13 @@ int throttle_info_waiter(const throttle_info_t *info, size_t i, int64_t *pid,
                          int64_t *age_ms, throttle_class_t *cls);
 const char *throttle_info_waiter_host(const throttle_info_t *info,
                                       size_t i);
+int throttle_info_refusal(const throttle_info_t *info, int *http_status,
+                          const char **code, const char **message,
+                          const char **retry_after, int64_t *at_ms,
+                          int64_t *pid, const char **host);
+int throttle_note_refusal(throttle_t *h, const char *key, int http_status,
+                          const char *code, const char *message,
+                          const char *retry_after);
 int throttle_info(throttle_t *h, const char *key, throttle_info_t **out);
 void throttle_info_free(throttle_info_t *info);
 int throttle_foreach(throttle_t *h,
