@@ -73,8 +73,9 @@
  * scopes and pools above it atomically: a script's KEYS are the key's own
  * five and, root first, each scope's k and b keys (rds_eval computes them;
  * at most 16 scopes deep).  The tag would keep them in one slot of a
- * Cluster, but a Cluster is refused (rds_check_server at open; MOVED,
- * ASK, CROSSSLOT or CLUSTERDOWN later): following redirections needs a
+ * Cluster, but a Cluster is refused (rds_check_server at open, by INFO,
+ * or where INFO is refused by a CROSSSLOT probe; MOVED, ASK, CROSSSLOT or
+ * CLUSTERDOWN later): following redirections needs a
  * slot map from CLUSTER SLOTS, which hiredis 0.14 does not keep, and an
  * empty root ('{}') is no tag at all there.
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and

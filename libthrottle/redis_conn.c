@@ -255,20 +255,34 @@ int rds_check_server(struct rds *r, char *msg, size_t len) {
     mark_down(r, why);
     return 0;
   }
-  /* A Cluster node: every key of a table, its scopes and pools must be in
-   * one script, and a slot map is not kept (see redis.h): refused. */
+  /* A Cluster node: refused (see redis.h, Keys), before any key is
+   * touched.  Where INFO is refused to the user, a Cluster still answers
+   * a command on keys of two slots with CROSSSLOT (or CLUSTERDOWN),
+   * before running anything: EVALSHA of a script that does not exist,
+   * which a single Redis answers NOSCRIPT, and which the module may run
+   * as it must run its own. */
   const char *info[] = {"INFO", "cluster"};
   redisReply *rep = cmd(c, 2, info);
   int cluster = rep != NULL && rep->type == REDIS_REPLY_STRING &&
                 strstr(rep->str, "cluster_enabled:1") != NULL;
+  if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
+    freeReplyObject(rep);
+    const char *probe[] = {"EVALSHA", "0000000000000000000000000000000000000000",
+                           "2", "thr1:{a}:probe", "thr1:{b}:probe"};
+    rep = cmd(c, 5, probe);
+    cluster = rep != NULL && rep->type == REDIS_REPLY_ERROR &&
+              (strncmp(rep->str, "CROSSSLOT", 9) == 0 ||
+               strncmp(rep->str, "CLUSTERDOWN", 11) == 0);
+  }
   if (rep != NULL)
     freeReplyObject(rep);
   if (cluster) {
     redisFree(c);
     snprintf(msg, len,
-             "%s: a Redis Cluster node: the Redis backend needs a single "
-             "Redis (a primary, with replicas if wanted); Cluster is not "
-             "supported",
+             "%s: a Redis Cluster node: Cluster is not supported (this "
+             "module sends every key to the one server it names and keeps "
+             "no slot map to follow MOVED or ASK); use a single Redis (a "
+             "primary, with replicas if wanted)",
              r->shown);
     return THROTTLE_EBACKEND;
   }

@@ -235,6 +235,16 @@ static void test_redis_faults_eviction_policy_warned_at_open(void **state) {
   assert_true(th_contains(throttle_errmsg(h), "maxmemory-policy"));
   assert_true(th_contains(throttle_errmsg(h), "NOPERM"));
   throttle_close(h);
+  /* INFO refused too: a single Redis is not taken for a Cluster (the
+   * probe that replaces INFO's answer), and it serves */
+  cli("ACL", "SETUSER", "default", "-info", NULL);
+  h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, 0);
+  assert_int_equal(throttle_backoff(h, "k", TH_LONG_MS), 0);
+  int up = 0;
+  assert_int_equal(throttle_backend_status(h, &up, NULL, NULL), 0);
+  assert_int_equal(up, 1);
+  throttle_close(h);
 }
 
 /* ---- a server that answers anything ------------------------------------- */
