@@ -83,7 +83,11 @@ if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   beneath_del(wid)
   grant(nil)
   store()
-  if nb > now then hint = nb - now else hint = 0 end
+  -- how long until time alone could admit it (a not-before, a rate of
+  -- the key or a pool); 0 when it waits for a slot or a resume
+  hint = 0
+  if nb > now then hint = nb - now end
+  if nxt and nxt - now > hint then hint = nxt - now end
   return {4, wid, 0, hint, settings()}
 end
 beneath_add(wid, cls, now + live, scope_held and hold_depth(cls) or nil)
