@@ -117,7 +117,7 @@
  * refused means polling every RDS_POLL_MS, said as a standing notice, as
  * is an eviction policy other than noeviction (read at open); a waiting
  * call's commands end by its deadline; an enter's answer carries the key's
- * settings, which the core mirrors in the host's segment.
+ * settings and its scopes', which the core mirrors in the host's segment.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one

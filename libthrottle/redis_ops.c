@@ -405,15 +405,16 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   return 0;
 }
 
-/* The key's settings an enter reply carries (enter.lua), bounded: the
- * hash is input (I8). */
-static void settings_of(const redisReply *rep, struct throttle__be_settings *set) {
-  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING)
-    return;
+/* One key's or scope's settings as enter.lua tells them, bounded: the
+ * hash is input (I8).  The text after them, or NULL when they do not
+ * parse. */
+static const char *settings_one(const char *str,
+                                struct throttle__be_settings *set) {
   unsigned long long v[7];
-  if (sscanf(rep->element[4]->str, "%llu %llu %llu %llu %llu %llu %llu",
-             &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)
-    return;
+  int end = 0;
+  if (sscanf(str, "%llu %llu %llu %llu %llu %llu %llu%n", &v[0], &v[1],
+             &v[2], &v[3], &v[4], &v[5], &v[6], &end) != 7)
+    return NULL;
   set->known = 1;
   set->fixed_cap = v[0] <= THROTTLE__SLOTS ? (uint32_t)v[0] : THROTTLE__SLOTS;
   set->auto_max = v[1] <= THROTTLE__SLOTS ? (uint32_t)v[1] : THROTTLE__SLOTS;
@@ -422,6 +423,25 @@ static void settings_of(const redisReply *rep, struct throttle__be_settings *set
   set->rate_period_ms = set->rate_n ? v[4] : 0;
   set->share_set = v[5] == 1;
   set->share_permille = v[6] <= 1000 ? (uint32_t)v[6] : 1000;
+  return str + end;
+}
+
+/* The settings an enter reply carries (enter.lua): the key's, then each
+ * scope's, root first, as set[] wants them (backend.h). */
+static void settings_of(const redisReply *rep,
+                        struct throttle__be_settings *set) {
+  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING ||
+      settings_one(rep->element[4]->str, &set[0]) == NULL)
+    return;
+  if (rep->elements < 6 || rep->element[5]->type != REDIS_REPLY_STRING)
+    return;
+  const char *p = rep->element[5]->str;
+  for (int i = 1; i < THROTTLE__BE_NSETTINGS && *p != 0; i++) {
+    if ((p = settings_one(p, &set[i])) == NULL || (*p != ';' && *p != 0))
+      return;
+    if (*p == ';')
+      p++;
+  }
 }
 
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,

@@ -593,6 +593,64 @@ static void test_redis_faults_settings_mirrored_for_an_outage(void **state) {
   throttle_close(b);
 }
 
+/* A scope's settings set through Redis (a pool's cap and rate, a
+ * workspace's pause) reach another host's segment with its next enter
+ * beneath them, so they still hold there while Redis is away. */
+static void test_redis_faults_pool_settings_mirrored_for_an_outage(
+    void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws", 2), 0);
+  assert_int_equal(throttle_set_rate(a, "rt", 1, 3600000), 0);
+  assert_int_equal(throttle_pause(a, "pz"), 0);
+  throttle_ticket_t *t[3] = {NULL, NULL, NULL};
+  assert_int_equal(throttle_try_enter(b, "ws/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "rt/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "pz/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  th_redis_stop(&R, 1);
+  /* b's segment serves: a pool of 2 over every table of ws (once ws, a
+   * scope this segment has heard nothing of, has its first answer) */
+  const char *const keys[] = {"ws/t1", "ws/t2", "ws/t3"};
+  assert_int_equal(throttle_try_enter(b, keys[0], THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_try_enter(b, keys[i], THROTTLE_CLASS_LIVE,
+                                        &t[i], NULL),
+                     0);
+  int up = 1;
+  assert_int_equal(throttle_backend_status(b, &up, NULL, NULL), 0);
+  assert_int_equal(up, 0);
+  assert_int_equal(throttle_try_enter(b, keys[2], THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(b, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  /* a rate of 1 an hour on rt: one more on the host, then none */
+  assert_int_equal(throttle_try_enter(b, "rt/t2", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "rt/t3", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  /* pz paused: every table beneath it too */
+  assert_int_equal(throttle_try_enter(b, "pz/t2", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  throttle_close(b);
+}
+
 struct fork_hold {
   throttle_t *h;
   int fd;
@@ -857,6 +915,9 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_settings_mirrored_for_an_outage, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_pool_settings_mirrored_for_an_outage, setup,
+          teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_host_rejoins_while_segment_drains, setup,
           teardown),
