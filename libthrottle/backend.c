@@ -311,6 +311,24 @@ int throttle__be_enter(throttle_t *h, const char *key, int cls,
   return rc;
 }
 
+/* The settings the backend told with an enter (the key's, then its
+ * scopes', root first), kept in the segment for a time it is away: a
+ * key's cap or pause, a pool's cap or rate, a workspace's pause narrow to
+ * this host then instead of lapsing. */
+static void mirror(throttle_t *h, const char *key, size_t len,
+                   const struct throttle__be_settings *set) {
+  char name[THROTTLE__KEY_MAX + 1];
+  size_t i = 1;
+  for (size_t end = throttle__scope_next(key, len, 0);
+       end != 0 && i < THROTTLE__BE_NSETTINGS;
+       end = throttle__scope_next(key, len, end + 1), i++) {
+    memcpy(name, key, end);
+    name[end] = 0;
+    throttle__segment_mirror(h, name, &set[i]);
+  }
+  throttle__segment_mirror(h, key, &set[0]);
+}
+
 static int enter(throttle_t *h, const char *key, int cls,
                  uint64_t timeout_ms, int nowait, void **tk, int *probe,
                  uint64_t *wait_ms) {
@@ -333,11 +351,10 @@ static int enter(throttle_t *h, const char *key, int cls,
     heal(h, key);
     uint64_t left = timeout_ms;
     spend(&left, t0);
-    struct throttle__be_settings set = {0};
+    struct throttle__be_settings set[THROTTLE__BE_NSETTINGS] = {0};
     int rc = h->be->ops->enter(h->be->state, key, cls, left, nowait, tk,
-                               probe, wait_ms, cold, &set);
-    /* the key's settings, kept for a time the backend is away */
-    throttle__segment_mirror(h, key, &set);
+                               probe, wait_ms, cold, set);
+    mirror(h, key, len, set);
     uint64_t ms;
     if (rc != 0 || tries == 8 || (ms = throttle__segment_remaining(h, key)) == 0)
       return result(h, rc);

@@ -69,10 +69,13 @@ enum {
   THROTTLE__BE_CAP_AUTO, /* a = auto:MAX bound (0 = none): learned, <= a */
 };
 
-/* What a backend knows of a key's own settings, told with each enter's
+/* What a backend knows of a key's own settings, or of one of its scopes'
+ * (a pool's cap, rate and share, a scope's pause), told with each enter's
  * answer and mirrored in the host's segment (settings.c
  * throttle__segment_mirror), so that they hold on this host while the
- * backend is away.  known 0: nothing told. */
+ * backend is away.  known 0: nothing told.  enter() fills an array of
+ * THROTTLE__BE_NSETTINGS: the key's at 0, then each scope's, root first. */
+#define THROTTLE__BE_NSETTINGS (1 + THROTTLE_KEY_MAX_SCOPES)
 struct throttle__be_settings {
   int known;
   uint32_t fixed_cap; /* 0 = auto */
@@ -108,7 +111,8 @@ struct throttle__backend {
   /* nowait: throttle_try_enter (EWOULDBLOCK, *wait_ms); *tk is the
    * backend's ticket, *probe whether it is the probe.  cold: the lengths
    * of the names a 429 and a 503 would be published on (the cold-scope
-   * rule, scope.c throttle__scope_enter_locked). */
+   * rule, scope.c throttle__scope_enter_locked).  set: an array of
+   * THROTTLE__BE_NSETTINGS, zeroed by the caller. */
   int (*enter)(void *be, const char *key, int cls, uint64_t timeout_ms,
                int nowait, void **tk, int *probe, uint64_t *wait_ms,
                const uint32_t cold[2], struct throttle__be_settings *set);

@@ -73,8 +73,9 @@
  * scopes and pools above it atomically: a script's KEYS are the key's own
  * five and, root first, each scope's k and b keys (rds_eval computes them;
  * at most 16 scopes deep).  The tag would keep them in one slot of a
- * Cluster, but a Cluster is refused (rds_check_server at open; MOVED,
- * ASK, CROSSSLOT or CLUSTERDOWN later): following redirections needs a
+ * Cluster, but a Cluster is refused (rds_check_server at open, by INFO,
+ * or where INFO is refused by a CROSSSLOT probe; MOVED, ASK, CROSSSLOT or
+ * CLUSTERDOWN later): following redirections needs a
  * slot map from CLUSTER SLOTS, which hiredis 0.14 does not keep, and an
  * empty root ('{}') is no tag at all there.
  * ROOT and the key are percent-encoded ('{', '}', '%', ':', space and
@@ -116,7 +117,7 @@
  * refused means polling every RDS_POLL_MS, said as a standing notice, as
  * is an eviction policy other than noeviction (read at open); a waiting
  * call's commands end by its deadline; an enter's answer carries the key's
- * settings, which the core mirrors in the host's segment.
+ * settings and its scopes', which the core mirrors in the host's segment.
  *
  * Rejected: pub/sub for wake-ups (a message sent while a subscriber
  * reconnects is lost; a list survives it, and a lost push costs one
@@ -138,6 +139,10 @@
 #define RDS_RETRY_MS 1000u /* after a failure, the segment serves this long */
 #define RDS_MAX_SLEEP_MS 1000u /* no waiter polls more than about 1/s */
 #define RDS_MIN_SLEEP_MS 10u   /* never a zero or sub-ms BLPOP timeout */
+/* An admission whose command timed out is sent to the segment only when
+ * a new connection's PING is not answered within this either: a Redis
+ * that answers late (loaded) is no outage (redis_ops.c failed()). */
+#define RDS_ALIVE_MS 1000u
 
 enum rds_script {
   RDS_ENTER, RDS_LEAVE, RDS_PEEK, RDS_SET, RDS_INFO, RDS_BEAT, RDS_NSCRIPTS
@@ -234,12 +239,21 @@ void rds_key(char *out, size_t len, const char *kind, const char *key);
 uint64_t rds_mono_ms(void);
 void rds_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *rds_lastmsg(void);
-/* A new connection, greeted (AUTH, SELECT, PING), or NULL (message set). */
+/* A new connection, greeted (AUTH, SELECT, PING), or NULL (message set).
+ * The greeting gets the command timeout; with rds_connect_by, for an
+ * admission that needs to know whether Redis is up or only busy, up to
+ * RDS_ALIVE_MS, cut to deadline (rds_mono_ms; 0: the command timeout). */
 redisContext *rds_connect(struct rds *r);
+redisContext *rds_connect_by(struct rds *r, uint64_t deadline);
 /* At open: a Cluster is refused (THROTTLE_EBACKEND, message in msg), the
  * eviction policy read; the connection goes to the pool. */
 int rds_check_server(struct rds *r, char *msg, size_t len);
 redisContext *rds_get(struct rds *r);
+/* rds_get, a new connection greeted as rds_connect_by's */
+redisContext *rds_get_by(struct rds *r, uint64_t deadline);
+/* c's last command got no answer within its timeout (no EOF, no reset):
+ * Redis may be stalled, or only busy. */
+int rds_timed_out(const redisContext *c);
 /* The next command on c is its first since it sat idle (the pool, the
  * heartbeat's own): a connection the server closed meanwhile is opened
  * again and the command sent once more (redis_conn.c). */

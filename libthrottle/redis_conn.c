@@ -218,7 +218,22 @@ static int cloexec(redisContext *c) {
 }
 
 redisContext *rds_connect(struct rds *r) {
+  return rds_connect_by(r, 0);
+}
+
+redisContext *rds_connect_by(struct rds *r, uint64_t deadline) {
   struct timeval tv = tv_ms(r->timeout_ms);
+  /* the greeting's PING is the evidence that Redis is up: given up to
+   * RDS_ALIVE_MS (a busy Redis answers late), cut to the caller's deadline */
+  uint64_t greet_ms = r->timeout_ms;
+  if (deadline != 0) {
+    uint64_t now = rds_mono_ms();
+    greet_ms = deadline > now ? deadline - now : 0;
+    if (greet_ms > RDS_ALIVE_MS)
+      greet_ms = RDS_ALIVE_MS;
+    if (greet_ms < RDS_MIN_SLEEP_MS)
+      greet_ms = RDS_MIN_SLEEP_MS;
+  }
   char addr[sizeof r->host];
   if (!r->path[0] && resolve(r, addr, sizeof addr) != 0)
     return NULL;
@@ -238,12 +253,12 @@ redisContext *rds_connect(struct rds *r) {
     redisFree(c);
     return NULL;
   }
-  if (redisSetTimeout(c, tv) != REDIS_OK) {
+  if (redisSetTimeout(c, tv_ms(greet_ms)) != REDIS_OK) {
     rds_msg("setting the command timeout: %s", c->errstr);
     redisFree(c);
     return NULL;
   }
-  if (greet(r, c) != 0) {
+  if (greet(r, c) != 0 || redisSetTimeout(c, tv) != REDIS_OK) {
     redisFree(c);
     return NULL;
   }
@@ -254,7 +269,8 @@ redisContext *rds_connect(struct rds *r) {
 static void mark_down(struct rds *r, const char *why) {
   pthread_mutex_lock(&r->mu);
   r->down_until = rds_mono_ms() + RDS_RETRY_MS;
-  snprintf(r->down_why, sizeof r->down_why, "%s", why);
+  snprintf(r->down_why, sizeof r->down_why, "%.*s",
+           (int)sizeof r->down_why - 1, why);
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -264,27 +280,36 @@ static unsigned bump_notice(struct rds *r) {
 
 int rds_check_server(struct rds *r, char *msg, size_t len) {
   redisContext *c = rds_connect(r);
-  if (c == NULL) {
-    /* unreachable now: the calls say why, and the segment serves */
-    char why[512];
-    snprintf(why, sizeof why, "%.400s", msgbuf);
-    mark_down(r, why);
-    return 0;
-  }
-  /* A Cluster node: every key of a table, its scopes and pools must be in
-   * one script, and a slot map is not kept (see redis.h): refused. */
+  if (c == NULL)
+    return 0; /* unreachable or slow now: the calls try again, say why */
+  /* A Cluster node: refused (see redis.h, Keys), before any key is
+   * touched.  Where INFO is refused to the user, a Cluster still answers
+   * a command on keys of two slots with CROSSSLOT (or CLUSTERDOWN),
+   * before running anything: EVALSHA of a script that does not exist,
+   * which a single Redis answers NOSCRIPT, and which the module may run
+   * as it must run its own. */
   const char *info[] = {"INFO", "cluster"};
   redisReply *rep = cmd(c, 2, info);
   int cluster = rep != NULL && rep->type == REDIS_REPLY_STRING &&
                 strstr(rep->str, "cluster_enabled:1") != NULL;
+  if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
+    freeReplyObject(rep);
+    const char *probe[] = {"EVALSHA", "0000000000000000000000000000000000000000",
+                           "2", "thr1:{a}:probe", "thr1:{b}:probe"};
+    rep = cmd(c, 5, probe);
+    cluster = rep != NULL && rep->type == REDIS_REPLY_ERROR &&
+              (strncmp(rep->str, "CROSSSLOT", 9) == 0 ||
+               strncmp(rep->str, "CLUSTERDOWN", 11) == 0);
+  }
   if (rep != NULL)
     freeReplyObject(rep);
   if (cluster) {
     redisFree(c);
     snprintf(msg, len,
-             "%s: a Redis Cluster node: the Redis backend needs a single "
-             "Redis (a primary, with replicas if wanted); Cluster is not "
-             "supported",
+             "%s: a Redis Cluster node: Cluster is not supported (this "
+             "module sends every key to the one server it names and keeps "
+             "no slot map to follow MOVED or ASK); use a single Redis (a "
+             "primary, with replicas if wanted)",
              r->shown);
     return THROTTLE_EBACKEND;
   }
@@ -381,7 +406,9 @@ int rds_past(uint64_t deadline) {
 }
 
 /* A connection, or NULL (message set) while Redis is down. */
-redisContext *rds_get(struct rds *r) {
+redisContext *rds_get(struct rds *r) { return rds_get_by(r, 0); }
+
+redisContext *rds_get_by(struct rds *r, uint64_t deadline) {
   redisContext *c = NULL;
   pthread_mutex_lock(&r->mu);
   if (r->pid != getpid()) {
@@ -410,7 +437,7 @@ redisContext *rds_get(struct rds *r) {
   pthread_mutex_unlock(&r->mu);
   if (c != NULL)
     rds_idle(c);
-  if (c == NULL && (c = rds_connect(r)) == NULL) {
+  if (c == NULL && (c = rds_connect_by(r, deadline)) == NULL) {
     char why[512];
     snprintf(why, sizeof why, "%.400s", msgbuf);
     rds_msg("%s: %s; this host's segment serves until it is back", r->shown,
@@ -452,6 +479,11 @@ void rds_pool_free(struct rds *r) {
 /* A failed call.  A connection failure drops c and marks Redis down for a
  * while; an error reply (a script error: c is still good) is this call's
  * diagnostic only, and the caller's other keys keep going to Redis. */
+int rds_timed_out(const redisContext *c) {
+  return c != NULL && c->err == REDIS_ERR_IO &&
+         (errno == EAGAIN || strstr(c->errstr, "temporarily unavailable"));
+}
+
 int rds_down(struct rds *r, redisContext *c, const char *what) {
   char why[512];
   if (c != NULL && c->err == 0) {
@@ -461,8 +493,7 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
             what, why);
     return THROTTLE__BE_DOWN;
   }
-  if (c != NULL && c->err == REDIS_ERR_IO &&
-      (errno == EAGAIN || strstr(c->errstr, "temporarily unavailable")))
+  if (rds_timed_out(c))
     snprintf(why, sizeof why, "no answer within %u ms", r->timeout_ms);
   else
     snprintf(why, sizeof why, "%.400s",

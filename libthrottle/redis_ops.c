@@ -350,12 +350,36 @@ static uint64_t jitter_ms(uint64_t max) {
   return (uint64_t)rand_r(&seed) % (max + 1);
 }
 
+#define RDS_AGAIN 2 /* failed(): Redis is up, *cp is a new connection */
+
 /* A command of a waiting call failed: past the caller's deadline that is
  * its timeout (the connection dropped, Redis not marked down: a slow
- * answer is not an outage), else rds_down(). */
-static int failed(struct rds *r, redisContext *c, const char *what,
-                  const char *key, uint64_t deadline, uint64_t timeout_ms) {
-  if (c->err != 0 && rds_past(deadline)) {
+ * answer is not an outage).  A command that timed out before it is
+ * evidence of nothing yet: Redis may be stalled, or only loaded (many
+ * callers arriving at once).  Sent to the segment, the caller could be
+ * admitted there beside a holder only Redis knows; so a new connection
+ * is greeted first, given up to RDS_ALIVE_MS until probe_by: answered,
+ * Redis is up, and the call goes on there (RDS_AGAIN, *cp the new
+ * connection); not answered, it is down (rds_down()), or the caller's
+ * time is up.  Any other failure is rds_down(). */
+static int failed(struct rds *r, redisContext **cp, const char *what,
+                  const char *key, uint64_t deadline, uint64_t probe_by,
+                  uint64_t timeout_ms) {
+  redisContext *c = *cp;
+  *cp = NULL;
+  if (c->err != 0 && !rds_past(deadline) && rds_timed_out(c)) {
+    rds_put(r, c, 0);
+    if ((*cp = rds_connect_by(r, probe_by)) != NULL) {
+      rds_msg("%s: Redis answers late (no answer within %u ms; a new "
+              "connection's PING was answered): going on there",
+              key, r->timeout_ms);
+      return RDS_AGAIN;
+    }
+    if (!rds_past(deadline))
+      return rds_down(r, NULL, what);
+    c = NULL;
+  }
+  if (c == NULL || (c->err != 0 && rds_past(deadline))) {
     rds_put(r, c, 0);
     rds_msg("%s: not answered by Redis within the %llu ms timeout", key,
             (unsigned long long)timeout_ms);
@@ -372,7 +396,7 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   uint64_t jitter = jitter_ms(THROTTLE__JITTER_MAX_NS / THROTTLE__NS_PER_MS);
   char id[32] = "0";
   int slept = 0;
-  redisContext *c = rds_get(r);
+  redisContext *c = rds_get_by(r, deadline);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
   rds_deadline(r, c, deadline);
@@ -380,8 +404,13 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
     uint64_t left;
     int held;
     char nid[32];
-    if (peek(r, c, key, id, &left, &held, nid, sizeof nid) != 0)
-      return failed(r, c, "wait", key, deadline, timeout_ms);
+    if (peek(r, c, key, id, &left, &held, nid, sizeof nid) != 0) {
+      int rc = failed(r, &c, "wait", key, deadline, deadline, timeout_ms);
+      if (rc != RDS_AGAIN)
+        return rc;
+      rds_deadline(r, c, deadline);
+      continue;
+    }
     snprintf(id, sizeof id, "%s", nid);
     if (left == 0 && held == 0)
       break;
@@ -409,8 +438,12 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       rds_msg("%s: interrupted by the caller", key);
       return THROTTLE_EINTR;
     }
-    if (rds_blpop(r, c, key, id, sleep, deadline) != 0)
-      return failed(r, c, "wait", key, deadline, timeout_ms);
+    if (rds_blpop(r, c, key, id, sleep, deadline) != 0) {
+      int rc = failed(r, &c, "wait", key, deadline, deadline, timeout_ms);
+      if (rc != RDS_AGAIN)
+        return rc;
+      rds_deadline(r, c, deadline);
+    }
   }
   if (slept) {
     char ms[24];
@@ -429,15 +462,16 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
   return 0;
 }
 
-/* The key's settings an enter reply carries (enter.lua), bounded: the
- * hash is input (I8). */
-static void settings_of(const redisReply *rep, struct throttle__be_settings *set) {
-  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING)
-    return;
+/* One key's or scope's settings as enter.lua tells them, bounded: the
+ * hash is input (I8).  The text after them, or NULL when they do not
+ * parse. */
+static const char *settings_one(const char *str,
+                                struct throttle__be_settings *set) {
   unsigned long long v[7];
-  if (sscanf(rep->element[4]->str, "%llu %llu %llu %llu %llu %llu %llu",
-             &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)
-    return;
+  int end = 0;
+  if (sscanf(str, "%llu %llu %llu %llu %llu %llu %llu%n", &v[0], &v[1],
+             &v[2], &v[3], &v[4], &v[5], &v[6], &end) != 7)
+    return NULL;
   set->known = 1;
   set->fixed_cap = v[0] <= THROTTLE__SLOTS ? (uint32_t)v[0] : THROTTLE__SLOTS;
   set->auto_max = v[1] <= THROTTLE__SLOTS ? (uint32_t)v[1] : THROTTLE__SLOTS;
@@ -446,6 +480,36 @@ static void settings_of(const redisReply *rep, struct throttle__be_settings *set
   set->rate_period_ms = set->rate_n ? v[4] : 0;
   set->share_set = v[5] == 1;
   set->share_permille = v[6] <= 1000 ? (uint32_t)v[6] : 1000;
+  return str + end;
+}
+
+/* The settings an enter reply carries (enter.lua): the key's, then each
+ * scope's, root first, as set[] wants them (backend.h). */
+static void settings_of(const redisReply *rep,
+                        struct throttle__be_settings *set) {
+  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING ||
+      settings_one(rep->element[4]->str, &set[0]) == NULL)
+    return;
+  if (rep->elements < 6 || rep->element[5]->type != REDIS_REPLY_STRING)
+    return;
+  const char *p = rep->element[5]->str;
+  for (int i = 1; i < THROTTLE__BE_NSETTINGS && *p != 0; i++) {
+    if ((p = settings_one(p, &set[i])) == NULL || (*p != ';' && *p != 0))
+      return;
+    if (*p == ';')
+      p++;
+  }
+}
+
+/* An enter's token: 64 random bits, and a counter of this process's
+ * calls (never the same twice here; across hosts a clash is 2^-64). */
+static void new_token(char *token, size_t len) {
+  static _Atomic unsigned calls;
+  uint64_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+    rnd = ((uint64_t)getpid() << 32) ^ rds_mono_ms() ^ (uintptr_t)&rnd;
+  snprintf(token, len, "%016llx.%x", (unsigned long long)rnd,
+           atomic_fetch_add(&calls, 1));
 }
 
 static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
@@ -463,16 +527,11 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   snprintf(lease, sizeof lease, "%u", r->lease_ms);
   snprintf(live, sizeof live, "%u", r->liveness_ms);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
-  /* This call's token: 64 random bits, and a counter of this process's
-   * calls (never the same twice here; across hosts a clash is 2^-64). */
-  static _Atomic unsigned calls;
-  uint64_t rnd = 0;
-  if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
-    rnd = ((uint64_t)getpid() << 32) ^ start ^ (uintptr_t)&rnd;
   char token[48];
-  snprintf(token, sizeof token, "%016llx.%x", (unsigned long long)rnd,
-           atomic_fetch_add(&calls, 1));
-  redisContext *c = rds_get(r);
+  new_token(token, sizeof token);
+  /* a try_enter waits for evidence that Redis is up one command timeout */
+  uint64_t probe_by = nowait ? start + r->timeout_ms : deadline;
+  redisContext *c = rds_get_by(r, probe_by);
   if (c == NULL)
     return THROTTLE__BE_DOWN;
   if (!nowait) /* a look that does not wait gets the command timeout */
@@ -494,9 +553,21 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                         token, rsv, r->seg_id};
     redisReply *rep = eval_as(r, c, RDS_ENTER, key, 13, av, 4);
     if (rep == NULL) {
+      /* what it did, if it ran (an arrival whose number is unknown here) */
       rds_give_back(r, key, token);
-      return failed(r, c, "enter", key, nowait ? UINT64_MAX : deadline,
-                    timeout_ms);
+      int rc = failed(r, &c, "enter", key, nowait ? UINT64_MAX : deadline,
+                      probe_by, timeout_ms);
+      if (rc != RDS_AGAIN)
+        return rc;
+      if (nowait) {
+        rds_put(r, c, 1);
+        rds_msg("%s: not admitted now (Redis answers late)", key);
+        return THROTTLE_EWOULDBLOCK;
+      }
+      rds_deadline(r, c, deadline);
+      new_token(token, sizeof token); /* the old one's are given back */
+      snprintf(id, sizeof id, "0");
+      continue;
     }
     int64_t st = elem_int(rep, 0);
     settings_of(rep, set);
@@ -585,8 +656,13 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       return THROTTLE_EINTR;
     }
     if (rds_blpop(r, c, key, id, sleep, deadline) != 0) {
+      int rc = failed(r, &c, "enter", key, deadline, probe_by, timeout_ms);
+      if (rc == RDS_AGAIN) { /* its place stands: look again */
+        rds_deadline(r, c, deadline);
+        continue;
+      }
       rds_give_back(r, key, token); /* its queue place, or a grant meanwhile */
-      return failed(r, c, "enter", key, deadline, timeout_ms);
+      return rc;
     }
   }
 }

@@ -1495,10 +1495,7 @@ static const struct ct_case cases[] = {
     CASE(pool_new_cap_counts_in_flight),
     CASE(stale_report_frees_nothing),
     CASE(info_lists_waiters_in_order),
-    /* fails on Redis: throttle.h, throttle_try_enter() (the hint is 0 only
-     * for a wait on a slot). */
-    CASE(try_enter_hint_counts_rate,
-         [CT_REDIS] = "fails: a rate's refusal hints 0 ms, as for a slot"),
+    CASE(try_enter_hint_counts_rate),
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

@@ -256,6 +256,16 @@ static void test_redis_faults_eviction_policy_warned_at_open(void **state) {
   assert_true(th_contains(throttle_errmsg(h), "maxmemory-policy"));
   assert_true(th_contains(throttle_errmsg(h), "NOPERM"));
   throttle_close(h);
+  /* INFO refused too: a single Redis is not taken for a Cluster (the
+   * probe that replaces INFO's answer), and it serves */
+  cli("ACL", "SETUSER", "default", "-info", NULL);
+  h = host_at(fx, R.url, &rc);
+  assert_int_equal(rc, 0);
+  assert_int_equal(throttle_backoff(h, "k", TH_LONG_MS), 0);
+  int up = 0;
+  assert_int_equal(throttle_backend_status(h, &up, NULL, NULL), 0);
+  assert_int_equal(up, 1);
+  throttle_close(h);
 }
 
 /* ---- a server that answers anything ------------------------------------- */
@@ -604,6 +614,64 @@ static void test_redis_faults_settings_mirrored_for_an_outage(void **state) {
   throttle_close(b);
 }
 
+/* A scope's settings set through Redis (a pool's cap and rate, a
+ * workspace's pause) reach another host's segment with its next enter
+ * beneath them, so they still hold there while Redis is away. */
+static void test_redis_faults_pool_settings_mirrored_for_an_outage(
+    void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws", 2), 0);
+  assert_int_equal(throttle_set_rate(a, "rt", 1, 3600000), 0);
+  assert_int_equal(throttle_pause(a, "pz"), 0);
+  throttle_ticket_t *t[3] = {NULL, NULL, NULL};
+  assert_int_equal(throttle_try_enter(b, "ws/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "rt/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "pz/t1", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  th_redis_stop(&R, 1);
+  /* b's segment serves: a pool of 2 over every table of ws (once ws, a
+   * scope this segment has heard nothing of, has its first answer) */
+  const char *const keys[] = {"ws/t1", "ws/t2", "ws/t3"};
+  assert_int_equal(throttle_try_enter(b, keys[0], THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_try_enter(b, keys[i], THROTTLE_CLASS_LIVE,
+                                        &t[i], NULL),
+                     0);
+  int up = 1;
+  assert_int_equal(throttle_backend_status(b, &up, NULL, NULL), 0);
+  assert_int_equal(up, 0);
+  assert_int_equal(throttle_try_enter(b, keys[2], THROTTLE_CLASS_LIVE, &t[2],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(throttle_leave(b, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  /* a rate of 1 an hour on rt: one more on the host, then none */
+  assert_int_equal(throttle_try_enter(b, "rt/t2", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(b, "rt/t3", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  /* pz paused: every table beneath it too */
+  assert_int_equal(throttle_try_enter(b, "pz/t2", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  throttle_close(b);
+}
+
 struct fork_hold {
   throttle_t *h;
   int fd;
@@ -795,6 +863,107 @@ static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
   close(fds[1]);
 }
 
+/* A Redis that answers, but late (as under load: many waiters arriving
+ * at once), is no outage: a caller whose command timed out while Redis
+ * still answers a PING goes on in Redis, never to the host's segment,
+ * which would admit beside a holder only Redis knows.  Redis answers late
+ * here because a client keeps putting it to sleep (DEBUG SLEEP 0.3 s,
+ * with 50 ms between), against a command timeout of 60 ms. */
+struct busy_arg {
+  const char *seg;
+  int fd;
+  struct th_gate gate;
+  int open_first; /* opened (and connected) before Redis is busy */
+};
+
+static int enter_while_busy(void *p) {
+  struct busy_arg *ba = p;
+  throttle_config_t *cfg = throttle_config_new();
+  TH_CHILD_CHECK(throttle_config_set_segment(cfg, ba->seg) == 0);
+  TH_CHILD_CHECK(throttle_config_set_backend(cfg, R.url) == 0);
+  throttle_t *b = NULL;
+  if (!ba->open_first)
+    th_gate_wait(&ba->gate);
+  TH_CHILD_CHECK(throttle_open(cfg, &b) == 0);
+  throttle_config_free(cfg);
+  if (ba->open_first)
+    th_gate_wait(&ba->gate);
+  throttle_ticket_t *t = NULL;
+  uint64_t t0 = th_mono_ms();
+  int rc = throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 2500, &t);
+  uint64_t took = th_mono_ms() - t0;
+  if (rc != THROTTLE_ETIMEDOUT)
+    printf("enter(2500): %s after %llu ms: %s\n", throttle_err_name(rc),
+           (unsigned long long)took, throttle_errmsg(b));
+  th_send_u64(ba->fd, took * 2 + (rc == 0)); /* one write: not interleaved */
+  if (rc == 0)
+    (void)throttle_leave(b, t, THROTTLE_OUTCOME_OK, 0);
+  throttle_close(b);
+  return 0;
+}
+
+static int keep_redis_busy(void *p) {
+  struct busy_arg *ba = p;
+  th_gate_open(&ba->gate); /* its copy of the gate's write end */
+  const char *args[] = {"DEBUG", "SLEEP", "0.3", NULL};
+  for (int i = 0; i < 10; i++) {
+    TH_CHILD_CHECK(th_redis_cli(&R, 0, args) == 0);
+    th_sleep_ms(50);
+  }
+  return 0;
+}
+
+static void test_redis_faults_busy_redis_never_admits_beside_holder(
+    void **state) {
+  struct th_fx *fx = *state;
+  enum { N = 24 };
+  setenv("THROTTLE_REDIS_TIMEOUT_MS", "60", 1);
+  throttle_ticket_t *ta = NULL, *tb = NULL;
+  throttle_t *a = th_hold_only_slot(fx, "k", &ta);
+  /* host b has seen the key's cap of 1 (mirrored in its segment) */
+  throttle_t *b = other_host(fx);
+  const char *seg = throttle_segment_name(b);
+  assert_int_equal(throttle_try_enter(b, "k", THROTTLE_CLASS_LIVE, &tb, NULL),
+                   THROTTLE_EWOULDBLOCK);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  /* half of them open before Redis is busy (their commands time out),
+   * half while it is (their connections' greetings are late) */
+  struct busy_arg ba = {seg, fds[1], {{-1, -1}}, 1};
+  th_gate_init(&ba.gate);
+  pid_t kids[N];
+  for (int i = 0; i < N; i++) {
+    ba.open_first = i % 2;
+    kids[i] = th_spawn(fx, enter_while_busy, &ba);
+  }
+  th_sleep_ms(300); /* the first half opened */
+  pid_t busy = th_spawn(fx, keep_redis_busy, &ba);
+  th_sleep_ms(20);
+  th_gate_open(&ba.gate);
+  uint64_t admitted = 0, longest = 0;
+  for (int i = 0; i < N; i++) {
+    uint64_t v = 0;
+    assert_int_equal(th_recv_u64(fds[0], &v), 0);
+    uint64_t took = v / 2;
+    admitted += v % 2;
+    if (took > longest)
+      longest = took;
+  }
+  for (int i = 0; i < N; i++)
+    th_reap_ok(fx, kids[i], HANG_GUARD_MS);
+  th_reap_ok(fx, busy, HANG_GUARD_MS);
+  printf("%d waiters on a held cap-1 key through a busy Redis: %llu "
+         "admitted beside the holder, the longest call %llu ms\n",
+         N, (unsigned long long)admitted, (unsigned long long)longest);
+  assert_int_equal(admitted, 0);
+  assert_true(longest < 2500 + 500);
+  assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+  th_gate_close(&ba.gate);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 /* An enter sent into a stalled Redis runs when it resumes, after its
  * caller gave up: the admission it grants nobody holds is given back by
  * the call's token, long before the liveness bound would reclaim it. */
@@ -871,6 +1040,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_settings_mirrored_for_an_outage, setup, teardown),
       cmocka_unit_test_setup_teardown(
+          test_redis_faults_pool_settings_mirrored_for_an_outage, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
           test_redis_faults_host_rejoins_while_segment_drains, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
@@ -879,6 +1051,9 @@ int main(int argc, char **argv) {
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stalled_enter_leaves_no_phantom, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_busy_redis_never_admits_beside_holder, setup,
+          teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,8 +7,9 @@
 -- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
 -- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
 -- and not waiting (nowait, or the not-before lies past the deadline);
--- then the key's own settings (mirrored in the host's segment):
--- 'fixed_cap auto_max paused rate_n rate_period share_set share'.
+-- then the key's own settings and its scopes' (mirrored in the host's
+-- segment): 'fixed_cap auto_max paused rate_n rate_period share_set share'
+-- for the key, and the same for each scope, root first, joined by ';'.
 -- ARGV 16, 17: how many callers of the key the caller's host's segment
 -- still holds or queues (admitted there while Redis was away), and that
 -- segment's name: kept as that many reservations, holders h:r:NAME:I of
@@ -19,9 +20,15 @@ local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
+local function settings_of(get)
+  return table.concat({fmt(get('fixed_cap')), fmt(get('auto_max')), fmt(get('paused')),
+    fmt(get('rate_n')), fmt(get('rate_period')), fmt(get('share_set')), fmt(get('share'))}, ' ')
+end
+-- two values: the last elements of a reply
 local function settings()
-  return table.concat({fmt(g('fixed_cap')), fmt(g('auto_max')), fmt(g('paused')),
-    fmt(g('rate_n')), fmt(g('rate_period')), fmt(g('share_set')), fmt(g('share'))}, ' ')
+  local sc = {}
+  for i, x in ipairs(SC) do sc[i] = settings_of(function(f) return sg(x, f) end) end
+  return settings_of(g), table.concat(sc, ';')
 end
 -- 1 when admission id is the probe of its key's episode or of a scope's
 -- (gate.c: throttle_ticket_is_probe())
@@ -83,7 +90,11 @@ if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   beneath_del(wid)
   grant(nil)
   store()
-  if nb > now then hint = nb - now else hint = 0 end
+  -- how long until time alone could admit it (a not-before, a rate of
+  -- the key or a pool); 0 when it waits for a slot or a resume
+  hint = 0
+  if nb > now then hint = nb - now end
+  if nxt and nxt - now > hint then hint = nxt - now end
   return {4, wid, 0, hint, settings()}
 end
 beneath_add(wid, cls, now + live, scope_held and hold_depth(cls) or nil)
