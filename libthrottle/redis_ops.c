@@ -385,6 +385,7 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       if (rc != RDS_AGAIN)
         return rc;
       rds_deadline(r, c, deadline);
+      rds_slow();
       continue;
     }
     snprintf(id, sizeof id, "%s", nid);
@@ -419,6 +420,7 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       if (rc != RDS_AGAIN)
         return rc;
       rds_deadline(r, c, deadline);
+      rds_slow();
     }
   }
   if (slept) {
@@ -541,6 +543,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
         return THROTTLE_EWOULDBLOCK;
       }
       rds_deadline(r, c, deadline);
+      rds_slow();
       new_token(token, sizeof token); /* the old one's are given back */
       snprintf(id, sizeof id, "0");
       continue;
@@ -635,6 +638,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       int rc = failed(r, &c, "enter", key, deadline, probe_by, timeout_ms);
       if (rc == RDS_AGAIN) { /* its place stands: look again */
         rds_deadline(r, c, deadline);
+        rds_slow();
         continue;
       }
       rds_give_back(r, key, token); /* its queue place, or a grant meanwhile */
