@@ -254,6 +254,10 @@ redisContext *rds_get_by(struct rds *r, uint64_t deadline);
 /* c's last command got no answer within its timeout (no EOF, no reset):
  * Redis may be stalled, or only busy. */
 int rds_timed_out(const redisContext *c);
+/* The calling thread's call found Redis slow, not down: until rds_put()
+ * of its connection (set by rds_deadline), its commands get up to
+ * RDS_ALIVE_MS, cut to the deadline. */
+void rds_slow(void);
 /* The next command on c is its first since it sat idle (the pool, the
  * heartbeat's own): a connection the server closed meanwhile is opened
  * again and the command sent once more (redis_conn.c). */

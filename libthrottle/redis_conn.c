@@ -353,6 +353,13 @@ int rds_check_server(struct rds *r, char *msg, size_t len) {
 static __thread redisContext *tl_idle;
 static __thread redisContext *tl_short;
 static __thread uint64_t tl_deadline;
+/* this thread's call found Redis slow, not down: its commands get up to
+ * RDS_ALIVE_MS (cut to the deadline), so a backlog of a few hundred ms
+ * does not time them out again and again (each a new connection and an
+ * arrival again: more load on a loaded Redis) */
+static __thread int tl_slow;
+
+void rds_slow(void) { tl_slow = 1; }
 
 void rds_idle(redisContext *c) { tl_idle = c; }
 
@@ -370,13 +377,15 @@ redisReply *rds_command(struct rds *r, redisContext *c, int argc,
                         const char **argv) {
   int idle = tl_idle == c;
   tl_idle = NULL;
-  if (tl_short == c && tl_deadline != UINT64_MAX) {
+  if (tl_short == c && (tl_deadline != UINT64_MAX || tl_slow)) {
     uint64_t now = rds_mono_ms();
     uint64_t left = tl_deadline > now ? tl_deadline - now : 0;
+    uint64_t most = tl_slow && RDS_ALIVE_MS > r->timeout_ms ? RDS_ALIVE_MS
+                                                             : r->timeout_ms;
     if (left < RDS_MIN_SLEEP_MS)
       left = RDS_MIN_SLEEP_MS;
-    if (left < r->timeout_ms)
-      redisSetTimeout(c, tv_ms(left));
+    if (left < most || tl_slow)
+      redisSetTimeout(c, tv_ms(left < most ? left : most));
   }
   redisReply *rep = cmd(c, argc, argv);
   if (rep == NULL && idle && closed(c)) {
@@ -453,6 +462,7 @@ void rds_put(struct rds *r, redisContext *c, int ok) {
     return;
   if (tl_short == c) {
     tl_short = NULL;
+    tl_slow = 0;
     if (ok && c->err == 0 && redisSetTimeout(c, tv_ms(r->timeout_ms)) != 0)
       ok = 0;
   }
@@ -649,7 +659,9 @@ int rds_blpop(struct rds *r, redisContext *c, const char *key, const char *id,
   snprintf(q + n, sizeof q - n, "%s", id);
   snprintf(secs, sizeof secs, "%llu.%03llu", (unsigned long long)(ms / 1000),
            (unsigned long long)(ms % 1000));
-  uint64_t slack = r->timeout_ms;
+  uint64_t slack = tl_slow && tl_short == c && RDS_ALIVE_MS > r->timeout_ms
+                      ? RDS_ALIVE_MS
+                      : r->timeout_ms;
   if (deadline != UINT64_MAX && now + ms + slack > deadline + 5)
     slack = deadline + 5 > now + ms ? deadline + 5 - now - ms : 5;
   redisSetTimeout(c, tv_ms(ms + slack));

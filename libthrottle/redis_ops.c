@@ -409,6 +409,7 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       if (rc != RDS_AGAIN)
         return rc;
       rds_deadline(r, c, deadline);
+      rds_slow();
       continue;
     }
     snprintf(id, sizeof id, "%s", nid);
@@ -443,6 +444,7 @@ static int rds_wait(void *be, const char *key, uint64_t timeout_ms) {
       if (rc != RDS_AGAIN)
         return rc;
       rds_deadline(r, c, deadline);
+      rds_slow();
     }
   }
   if (slept) {
@@ -565,6 +567,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
         return THROTTLE_EWOULDBLOCK;
       }
       rds_deadline(r, c, deadline);
+      rds_slow();
       new_token(token, sizeof token); /* the old one's are given back */
       snprintf(id, sizeof id, "0");
       continue;
@@ -659,6 +662,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       int rc = failed(r, &c, "enter", key, deadline, probe_by, timeout_ms);
       if (rc == RDS_AGAIN) { /* its place stands: look again */
         rds_deadline(r, c, deadline);
+        rds_slow();
         continue;
       }
       rds_give_back(r, key, token); /* its queue place, or a grant meanwhile */

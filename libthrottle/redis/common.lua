@@ -570,6 +570,9 @@ end
 -- registered (no waiter records to write and delete when it is admitted
 -- at once): {id, words} or nil.
 local pending = nil
+-- true while the queue is known to be empty (the uncontended path saw
+-- ZCARD 0 and adds nobody): oldest() then asks Redis nothing
+local queue_empty = false
 local touched = {[K] = true}
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
@@ -581,6 +584,7 @@ local function oldest(cls)
     if pending[2][1] == cls then return pending[1], pending[2] end
     return nil
   end
+  if queue_empty then return nil end
   local lo, hi = '-inf', '(' .. fmt(BF)
   if cls == '1' then lo, hi = fmt(BF), '+inf' end
   while true do
