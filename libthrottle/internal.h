@@ -198,7 +198,7 @@ struct throttle__rec {
   /* Since when a slot has been free while callers beyond the slots are
    * counted (0: not so).  They look at least every THROTTLE__POLL_NS and
    * take a free slot when they do, so a slot free for longer than a few
-   * of those says the count is of callers that are gone (gate_grant.c). */
+   * of those says the count is of callers that are gone (gate_rec.c). */
   uint64_t ovf_free_ns;
   /* Counters: */
   uint64_t admitted;
@@ -294,7 +294,7 @@ static inline void throttle__rate_take(struct throttle__rec *r,
  * look (at most THROTTLE__POLL_NS away), so a slot free for a few of
  * those since ovf_free_ns says the count is of callers that died waiting
  * beyond the slots.  Read-only: the snapshot shows them gone, the reap
- * drops them (gate_grant.c). */
+ * drops them (gate_rec.c). */
 #define THROTTLE__OVF_STALE_NS (4 * THROTTLE__POLL_NS)
 static inline bool throttle__ovf_stale(const struct throttle__rec *r,
                                        uint64_t now) {
@@ -486,15 +486,15 @@ int throttle__lock_record(throttle_t *h, const char *key, size_t len,
                           uint64_t *now, struct throttle__rec **r);
 void throttle__init_table(throttle_t *h);
 void throttle__repair_locked(throttle_t *h);
-/* The not-before, pulled in (and stored so) when beyond the segment's
- * maximum delay. */
+/* gate_rec.c: the not-before, pulled in (and stored so) when beyond the
+ * segment's maximum delay. */
 uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
                                    uint64_t now);
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
-/* May r be evicted: no slot in use, and nothing else eviction would lose
- * (a not-before, a setting, a lock episode or probe: gate_grant.c)? */
+/* gate_rec.c: may r be evicted: no slot in use, and nothing else eviction
+ * would lose (a not-before, a setting, a lock episode or probe)? */
 bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
                         uint64_t now);
 
@@ -548,7 +548,8 @@ uint32_t throttle__learn_bound(const struct throttle__rec *r);
  * UINT64_MAX never (fixed cap, or at the bound). */
 uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r);
 
-/* gate_grant.c: the record as a gate, under the mutex. */
+/* gate_rec.c: the record as a gate, under the mutex (the grant itself:
+ * gate_grant.c). */
 static inline void throttle__sat_inc(uint64_t *c) {
   if (*c < UINT64_MAX)
     (*c)++;
@@ -624,7 +625,7 @@ void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
                             uint64_t now, struct throttle__wake *w,
                             uint64_t *next, struct throttle__roster *pre);
 
-/* gate.c */
+/* gate_rec.c (throttle__gate_snapshot: gate_info.c) */
 /* A conforming GCRA state never runs more than one period ahead of now
  * (the rate's fields bounded: shared memory is input). */
 void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);

@@ -404,7 +404,7 @@ static bool could_go(throttle_t *h, struct throttle__rec *r, size_t plen,
 /* A waiter of another key beneath s that goes before w: live before
  * backfill, then the older ticket, among those who could go (could_go).
  * Judged by evidence: before a key's waiters count, the key is reaped
- * (gate_grant.c), so a waiter whose process is gone, or that has not
+ * (gate_rec.c), so a waiter whose process is gone, or that has not
  * looked at its gate within its lease (one that cannot be judged), is
  * dropped instead of holding the turn: nothing else would ever take it,
  * and every key beneath would wait behind it. */
