@@ -55,8 +55,7 @@ LDLIBS_CORE := -lpthread -lrt
 CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/table.c libthrottle/handle.c libthrottle/backoff.c \
             libthrottle/gate.c libthrottle/gate_grant.c libthrottle/gate_rec.c \
-            libthrottle/gate_live.c \
-            libthrottle/gate_learn.c \
+            libthrottle/repair.c libthrottle/gate_live.c libthrottle/gate_learn.c \
             libthrottle/gate_info.c libthrottle/scope.c \
             libthrottle/settings.c libthrottle/fault.c \
             libthrottle/backend.c libthrottle/refusal.c

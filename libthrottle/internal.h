@@ -485,6 +485,10 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
 int throttle__lock_record(throttle_t *h, const char *key, size_t len,
                           uint64_t *now, struct throttle__rec **r);
 void throttle__init_table(throttle_t *h);
+/* The index and free list rebuilt from the records (mutex held, sequence
+ * odd). */
+void throttle__rebuild_locked(throttle_t *h);
+/* repair.c: everything made whole after a crash in the critical section. */
 void throttle__repair_locked(throttle_t *h);
 /* gate_rec.c: the not-before, pulled in (and stored so) when beyond the
  * segment's maximum delay. */
@@ -673,6 +677,20 @@ static inline size_t throttle__scope_next(const char *key, size_t len,
   const char *s = memchr(key + from, '/', len - from);
   return s != NULL ? (size_t)(s - key) : 0;
 }
+/* A record's key length, read once: it is shared memory (I8), and one a
+ * writer outside the library damaged reads as 0 (no key, no scopes), never
+ * as a length past the key buffer. */
+static inline size_t throttle__rec_klen(const struct throttle__rec *r) {
+  size_t n = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  return n <= THROTTLE__KEY_MAX ? n : 0;
+}
+/* Is r a key beneath the scope (its first len bytes)? */
+static inline bool throttle__rec_below(const struct throttle__rec *r,
+                                       const char *scope, size_t len) {
+  return len <= THROTTLE__KEY_MAX && r->state == THROTTLE__REC_USED &&
+         throttle__rec_klen(r) > len && r->key[len] == '/' &&
+         memcmp(r->key, scope, len) == 0;
+}
 enum {
   THROTTLE__SCOPE_OPEN = 0,  /* no scope holds r */
   THROTTLE__SCOPE_HELD = 1,  /* paused, not-before (*next), or probe out */
@@ -748,13 +766,14 @@ static inline bool throttle__scope_enter_idle(const throttle_t *h,
 /* The latest not-before (clamped) of the scopes of key, 0 if none. */
 uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
                                    uint64_t now);
-/* After a crash in the critical section (table.c's repair): every holder
+/* After a crash in the critical section (repair.c): every holder
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */
 void throttle__scope_repair_locked(throttle_t *h);
 /* s's cap was just set: every holder beneath takes the place it lacks. */
 void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s);
-/* r was just inserted: start its learned cap from its siblings'. */
+/* gate_learn.c: r was just inserted (table.c): start its learned cap from
+ * its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */

@@ -557,24 +557,9 @@ void throttle__init_table(throttle_t *h) {
   }
 }
 
-void throttle__repair_locked(throttle_t *h) {
-  uint64_t now = throttle__now_ns();
-  uint32_t s = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
-  atomic_store_explicit(&h->hdr->tseq, s | 1, memory_order_release);
-  rebuild_locked(h);
-  for (uint32_t i = 0; i < h->capacity; i++) {
-    struct throttle__rec *r = &h->recs[i];
-    if (r->state != THROTTLE__REC_USED)
-      continue;
-    throttle__clamp_nb_locked(h, r, now);
-    throttle__gate_repair_locked(h, r);
-    if (r->last_use_ns > now)
-      r->last_use_ns = now;
-  }
-  throttle__scope_repair_locked(h); /* pool places of a grant cut short */
-  atomic_store_explicit(&h->hdr->tseq, (s | 1) + 1, memory_order_release);
-  throttle__scope_touch(h); /* a publish or pause cut short by the crash */
-}
+/* The index and the free list rebuilt from the records, for the repair
+ * after a crash (repair.c): with the mutex held and the sequence odd. */
+void throttle__rebuild_locked(throttle_t *h) { rebuild_locked(h); }
 
 
 /* Full table: a linear scan for the least recently used idle key.  It runs
