@@ -58,7 +58,8 @@ CORE_SRC := libthrottle/error.c libthrottle/clock.c libthrottle/segment.c \
             libthrottle/repair.c libthrottle/gate_live.c libthrottle/gate_learn.c \
             libthrottle/gate_info.c libthrottle/scope.c \
             libthrottle/settings.c libthrottle/fault.c \
-            libthrottle/backend.c libthrottle/refusal.c
+            libthrottle/backend.c libthrottle/refusal.c \
+            libthrottle/segment_ops.c libthrottle/text.c
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/rng.h \
             libthrottle/backend.h libthrottle/env.h
 

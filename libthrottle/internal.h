@@ -479,7 +479,7 @@ struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
-/* backoff.c: the mutex taken and key's record found or made (len as
+/* segment_ops.c: the mutex taken and key's record found or made (len as
  * throttle__check_key measured it): 0 with the mutex held, *now read
  * under it and *r set; an error with the mutex released. */
 int throttle__lock_record(throttle_t *h, const char *key, size_t len,
@@ -497,6 +497,36 @@ uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
+
+/* segment_ops.c: the key's not-before as a lock-free reader sees it (0:
+ * absent or open), *rec its record (NULL: absent), *epoch (may be NULL)
+ * the record's futex word read with it; the mutex when the table keeps
+ * changing under the reader. */
+#define THROTTLE__NOLOCK_TRIES 8
+int throttle__read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
+                      struct throttle__rec **rec, uint32_t *epoch);
+/* segment_ops.c: key's back-off dropped in the segment, its waiters woken
+ * (a scope's keys too); THROTTLE_ENOKEY (no message) when it has no
+ * record there. */
+int throttle__segment_clear(throttle_t *h, const char *key, size_t len);
+
+static inline uint64_t throttle__sat_mul_ms(uint64_t ms) {
+  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
+                                               : ms * THROTTLE__NS_PER_MS;
+}
+
+/* ms until nb, rounded up; 0 when open.  A reading beyond this process's
+ * maximum delay is treated as that maximum (its own choice, or a writer
+ * that ignored the clamp). */
+static inline uint64_t throttle__ms_left(const throttle_t *h, uint64_t nb,
+                                         uint64_t now) {
+  if (nb <= now)
+    return 0;
+  uint64_t d = nb - now;
+  if (d > h->max_delay_ns)
+    d = h->max_delay_ns;
+  return (d + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
+}
 /* gate_rec.c: may r be evicted: no slot in use, and nothing else eviction
  * would lose (a not-before, a setting, a lock episode or probe)? */
 bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
@@ -636,13 +666,15 @@ void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
-/* refusal.c: src as valid UTF-8 without control bytes (a space for each,
+/* text.c: src as valid UTF-8 without control bytes (a space for each,
  * '?' for a byte that is not UTF-8), cut to fit size with a "..." mark;
  * returns its length.  The refusal of a record as a snapshot shows it
  * (judged again), and a backend's snapshot completed from this host's
  * segment. */
 size_t throttle__clean_text(char *dst, size_t size, const char *src,
                             size_t len);
+/* segment_ops.c: a record's refusal copied (judged again); a backend's
+ * snapshot completed with what this host's segment was told. */
 void throttle__refusal_copy(struct throttle__refusal *dst,
                             const struct throttle__refusal *src);
 void throttle__refusal_merge(throttle_t *h, throttle_info_t *info);
