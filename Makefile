@@ -298,10 +298,16 @@ cppcheck:
 	  --inline-suppr -D_GNU_SOURCE -Iinclude -Ilibthrottle -Itools libthrottle tools
 
 # The objects' dependency graph: which object uses symbols another defines,
-# and the circles among them (tools/objgraph.py; --check fails on a circle).
+# the circles among them, and the layers' rules (README, Layout): core/ <
+# shm/ < api/, each calling only downward; http/ and redis/ use nothing of
+# the others but what libthrottle.so.1 exports.  LAYERS_CHECK=1 fails on a
+# circle or a broken rule (tests/test_layers.sh in make check).
+LAYER_RULES := --order core,shm,api --public http,redis \
+               --exports $(B)/libthrottle.so.$(MAJOR)
 .PHONY: layers
-layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
-	python3 tools/objgraph.py $^
+layers: $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ) $(B)/libthrottle.so.$(MAJOR)
+	python3 tools/objgraph.py $(if $(filter 1,$(LAYERS_CHECK)),--check) \
+	  $(LAYER_RULES) $(CORE_OBJ) $(HTTP_OBJ) $(REDIS_OBJ)
 
 # ---- install -----------------------------------------------------------
 #
