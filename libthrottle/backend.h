@@ -71,7 +71,7 @@ enum {
 
 /* What a backend knows of a key's own settings, or of one of its scopes'
  * (a pool's cap, rate and share, a scope's pause), told with each enter's
- * answer and mirrored in the host's segment (settings.c
+ * answer and mirrored in the host's segment (shm/segment_ops.c
  * throttle__segment_mirror), so that they hold on this host while the
  * backend is away.  known 0: nothing told.  enter() fills an array of
  * THROTTLE__BE_NSETTINGS: the key's at 0, then each scope's, root first. */

@@ -160,7 +160,7 @@ static bool guessed_nb(const throttle_t *h, const char *key, size_t len,
       return false;
     if (v != 0 &&
         v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
-      return false; /* read_nb pulls it in under the mutex */
+      return false; /* throttle__read_nb pulls it in under the mutex */
     if (v > *most)
       *most = v;
   }
