@@ -14,6 +14,8 @@ if ! command -v nm >/dev/null 2>&1; then
   echo "SKIP no nm (binutils)"
   exit 0
 fi
+# A make of its own: not the jobserver or the flags of a make check above.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 out=$(${MAKE:-make} -s --no-print-directory -C "$top" B="$B" LAYERS_CHECK=1 \
   layers 2>&1)
 rc=$?
