@@ -147,7 +147,7 @@ int main(void) {
     }
   }
   /* The keys are one level deep ("hotdata:ws1/..."): throttle_wait()
-   * also checks their scope "hotdata:ws1" (libthrottle/scope.c). */
+   * also checks their scope "hotdata:ws1" (libthrottle/shm/scope.c). */
   int scoped_ok = 1;
   const struct figure *w[4] = {&lo[OP_WAIT], &hi[OP_WAIT], &lo1[OP_WAIT],
                                &hi1[OP_WAIT]};

@@ -71,7 +71,7 @@ enum {
 
 /* What a backend knows of a key's own settings, or of one of its scopes'
  * (a pool's cap, rate and share, a scope's pause), told with each enter's
- * answer and mirrored in the host's segment (settings.c
+ * answer and mirrored in the host's segment (shm/segment_ops.c
  * throttle__segment_mirror), so that they hold on this host while the
  * backend is away.  known 0: nothing told.  enter() fills an array of
  * THROTTLE__BE_NSETTINGS: the key's at 0, then each scope's, root first. */
@@ -160,17 +160,17 @@ struct throttle__be;
     }                                                                          \
   } while (0)
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
-/* backoff.c: the segment's own ms left for key (0 = open). */
+/* segment_ops.c: the segment's own ms left for key (0 = open). */
 uint64_t throttle__segment_remaining(throttle_t *h, const char *key);
-/* backoff.c: how long ago the segment's back-off of key was published
+/* segment_ops.c: how long ago the segment's back-off of key was published
  * (ms, 0 = none), and the copy dropped (cleared on the backend since). */
 uint64_t throttle__segment_published_ago(throttle_t *h, const char *key);
 void throttle__segment_forget(throttle_t *h, const char *key);
-/* settings.c: what the backend told of key's settings, written into the
+/* segment_ops.c: what the backend told of key's settings, written into the
  * segment where it differs (waking the key's waiters then). */
 void throttle__segment_mirror(throttle_t *h, const char *key,
                               const struct throttle__be_settings *s);
-/* backoff.c: the callers of key the segment still holds or queues. */
+/* segment_ops.c: the callers of key the segment still holds or queues. */
 uint32_t throttle__segment_count(throttle_t *h, const char *key);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);

@@ -198,7 +198,7 @@ struct throttle__rec {
   /* Since when a slot has been free while callers beyond the slots are
    * counted (0: not so).  They look at least every THROTTLE__POLL_NS and
    * take a free slot when they do, so a slot free for longer than a few
-   * of those says the count is of callers that are gone (gate_grant.c). */
+   * of those says the count is of callers that are gone (gate_rec.c). */
   uint64_t ovf_free_ns;
   /* Counters: */
   uint64_t admitted;
@@ -294,7 +294,7 @@ static inline void throttle__rate_take(struct throttle__rec *r,
  * look (at most THROTTLE__POLL_NS away), so a slot free for a few of
  * those since ovf_free_ns says the count is of callers that died waiting
  * beyond the slots.  Read-only: the snapshot shows them gone, the reap
- * drops them (gate_grant.c). */
+ * drops them (gate_rec.c). */
 #define THROTTLE__OVF_STALE_NS (4 * THROTTLE__POLL_NS)
 static inline bool throttle__ovf_stale(const struct throttle__rec *r,
                                        uint64_t now) {
@@ -479,22 +479,56 @@ struct throttle__rec *throttle__rec_at_locked(throttle_t *h, uint32_t idx,
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out);
-/* backoff.c: the mutex taken and key's record found or made (len as
+/* segment_ops.c: the mutex taken and key's record found or made (len as
  * throttle__check_key measured it): 0 with the mutex held, *now read
  * under it and *r set; an error with the mutex released. */
 int throttle__lock_record(throttle_t *h, const char *key, size_t len,
                           uint64_t *now, struct throttle__rec **r);
 void throttle__init_table(throttle_t *h);
+/* The index and free list rebuilt from the records (mutex held, sequence
+ * odd). */
+void throttle__rebuild_locked(throttle_t *h);
+/* repair.c: everything made whole after a crash in the critical section. */
 void throttle__repair_locked(throttle_t *h);
-/* The not-before, pulled in (and stored so) when beyond the segment's
- * maximum delay. */
+/* gate_rec.c: the not-before, pulled in (and stored so) when beyond the
+ * segment's maximum delay. */
 uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
                                    uint64_t now);
 /* The segment's maximum delay, bounded (shared memory is input). */
 uint64_t throttle__seg_max_ns(const throttle_t *h);
 #define THROTTLE__MAX_MAX_DELAY_MS (UINT64_C(7) * 24 * 3600 * 1000)
-/* May r be evicted: no slot in use, and nothing else eviction would lose
- * (a not-before, a setting, a lock episode or probe: gate_grant.c)? */
+
+/* segment_ops.c: the key's not-before as a lock-free reader sees it (0:
+ * absent or open), *rec its record (NULL: absent), *epoch (may be NULL)
+ * the record's futex word read with it; the mutex when the table keeps
+ * changing under the reader. */
+#define THROTTLE__NOLOCK_TRIES 8
+int throttle__read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
+                      struct throttle__rec **rec, uint32_t *epoch);
+/* segment_ops.c: key's back-off dropped in the segment, its waiters woken
+ * (a scope's keys too); THROTTLE_ENOKEY (no message) when it has no
+ * record there. */
+int throttle__segment_clear(throttle_t *h, const char *key, size_t len);
+
+static inline uint64_t throttle__sat_mul_ms(uint64_t ms) {
+  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
+                                               : ms * THROTTLE__NS_PER_MS;
+}
+
+/* ms until nb, rounded up; 0 when open.  A reading beyond this process's
+ * maximum delay is treated as that maximum (its own choice, or a writer
+ * that ignored the clamp). */
+static inline uint64_t throttle__ms_left(const throttle_t *h, uint64_t nb,
+                                         uint64_t now) {
+  if (nb <= now)
+    return 0;
+  uint64_t d = nb - now;
+  if (d > h->max_delay_ns)
+    d = h->max_delay_ns;
+  return (d + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
+}
+/* gate_rec.c: may r be evicted: no slot in use, and nothing else eviction
+ * would lose (a not-before, a setting, a lock episode or probe)? */
 bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
                         uint64_t now);
 
@@ -548,7 +582,8 @@ uint32_t throttle__learn_bound(const struct throttle__rec *r);
  * UINT64_MAX never (fixed cap, or at the bound). */
 uint64_t throttle__learn_next_raise_ns(const struct throttle__rec *r);
 
-/* gate_grant.c: the record as a gate, under the mutex. */
+/* gate_rec.c: the record as a gate, under the mutex (the grant itself:
+ * gate_grant.c). */
 static inline void throttle__sat_inc(uint64_t *c) {
   if (*c < UINT64_MAX)
     (*c)++;
@@ -624,20 +659,22 @@ void throttle__grant_locked(throttle_t *h, struct throttle__rec *r,
                             uint64_t now, struct throttle__wake *w,
                             uint64_t *next, struct throttle__roster *pre);
 
-/* gate.c */
+/* gate_rec.c (throttle__gate_snapshot: gate_info.c) */
 /* A conforming GCRA state never runs more than one period ahead of now
  * (the rate's fields bounded: shared memory is input). */
 void throttle__bound_rate(throttle_t *h, struct throttle__rec *r, uint64_t now);
 void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r);
 void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
                              throttle_info_t *out);
-/* refusal.c: src as valid UTF-8 without control bytes (a space for each,
+/* text.c: src as valid UTF-8 without control bytes (a space for each,
  * '?' for a byte that is not UTF-8), cut to fit size with a "..." mark;
  * returns its length.  The refusal of a record as a snapshot shows it
  * (judged again), and a backend's snapshot completed from this host's
  * segment. */
 size_t throttle__clean_text(char *dst, size_t size, const char *src,
                             size_t len);
+/* segment_ops.c: a record's refusal copied (judged again); a backend's
+ * snapshot completed with what this host's segment was told. */
 void throttle__refusal_copy(struct throttle__refusal *dst,
                             const struct throttle__refusal *src);
 void throttle__refusal_merge(throttle_t *h, throttle_info_t *info);
@@ -671,6 +708,20 @@ static inline size_t throttle__scope_next(const char *key, size_t len,
     return 0;
   const char *s = memchr(key + from, '/', len - from);
   return s != NULL ? (size_t)(s - key) : 0;
+}
+/* A record's key length, read once: it is shared memory (I8), and one a
+ * writer outside the library damaged reads as 0 (no key, no scopes), never
+ * as a length past the key buffer. */
+static inline size_t throttle__rec_klen(const struct throttle__rec *r) {
+  size_t n = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
+  return n <= THROTTLE__KEY_MAX ? n : 0;
+}
+/* Is r a key beneath the scope (its first len bytes)? */
+static inline bool throttle__rec_below(const struct throttle__rec *r,
+                                       const char *scope, size_t len) {
+  return len <= THROTTLE__KEY_MAX && r->state == THROTTLE__REC_USED &&
+         throttle__rec_klen(r) > len && r->key[len] == '/' &&
+         memcmp(r->key, scope, len) == 0;
 }
 enum {
   THROTTLE__SCOPE_OPEN = 0,  /* no scope holds r */
@@ -747,13 +798,14 @@ static inline bool throttle__scope_enter_idle(const throttle_t *h,
 /* The latest not-before (clamped) of the scopes of key, 0 if none. */
 uint64_t throttle__scope_nb_locked(throttle_t *h, const char *key, size_t len,
                                    uint64_t now);
-/* After a crash in the critical section (table.c's repair): every holder
+/* After a crash in the critical section (repair.c): every holder
  * beneath a capped pool takes the place there that a grant cut short did
  * not (scope.c). */
 void throttle__scope_repair_locked(throttle_t *h);
 /* s's cap was just set: every holder beneath takes the place it lacks. */
 void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s);
-/* r was just inserted: start its learned cap from its siblings'. */
+/* gate_learn.c: r was just inserted (table.c): start its learned cap from
+ * its siblings'. */
 void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
                                  uint64_t now);
 /* Wake (and with cancel, cancel) the waiters of every key beneath s. */

@@ -62,7 +62,7 @@ done
 check "throttlectl(1) documents every variable --help lists" "" "$missing"
 # What the sources read: getenv("THROTTLE_...") and the number reader.
 read_vars=$(grep -h -o -E '(getenv|throttle__env_number)\("THROTTLE_[A-Z_]*"' \
-  "$top"/libthrottle/*.c | sed 's/.*"\(THROTTLE_[A-Z_]*\)"/\1/' | sort -u)
+  "$top"/libthrottle/*/*.c | sed 's/.*"\(THROTTLE_[A-Z_]*\)"/\1/' | sort -u)
 missing=""
 for v in $read_vars; do
   [ "$v" = THROTTLE_CRASH_AT ] && continue # test builds only

@@ -6,7 +6,7 @@
  * As SQLite's tests do: for N = 1, 2, ... the Nth call of one kind (an
  * allocation, shm_open, flock, fstat, fchmod, ftruncate, posix_fallocate,
  * mmap, pthread_mutex_init, the segment mutex, the clock, a futex) fails
- * (libthrottle/fault.c, test builds only), until the operation no longer
+ * (libthrottle/core/fault.c, test builds only), until the operation no longer
  * reaches an Nth call and succeeds.  After each failure:
  *
  *   - the error is the specific one (THROTTLE_ENOMEM for memory,
@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
-#include "http_internal.h"
+#include "http/http_internal.h"
 #include "internal.h"
 
 #include <dirent.h>

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "helpers.h"
-#include "http_internal.h"
+#include "http/http_internal.h"
 #include "internal.h"
 #include "throttle_curl.h"
 

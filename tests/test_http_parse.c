@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "http_internal.h"
+#include "http/http_internal.h"
 #include "throttle_curl.h"
 
 /* 784111777 = Sun, 06 Nov 1994 08:49:37 GMT, the RFC's example. */

@@ -436,7 +436,7 @@ static void test_redis_learn_hostile_fields_bounded(void **state) {
 }
 
 /* A key new to a scope starts from what its siblings learned last
- * (scope.c throttle__scope_seed_locked), on any host: the refused cap, R,
+ * (gate_learn.c throttle__scope_seed_locked), on any host: the refused cap, R,
  * out of slow start; a key that has learned keeps its own; another
  * scope's key and a copied hostile value start as a new key does. */
 static void test_redis_learn_new_key_seeded_by_siblings(void **state) {

@@ -21,7 +21,7 @@
  * lifetime: a stale ticket (lease lapsed, left before, a forked copy)
  * matches nothing, and a forked child can release its parent's admission.
  *
- * Dead holders (gate_live.c, gate_grant.c).  A holder is reclaimed at the
+ * Dead holders (gate_live.c, gate_rec.c).  A holder is reclaimed at the
  * next look (at most every 50 ms per key, only when someone waits) once
  * there is evidence it died; one that cannot be judged (another PID
  * namespace, /proc hidden) and a live but hung one are reclaimed when
@@ -30,17 +30,17 @@
  * Waiting (throttle__sleep) is cut into slices when the caller set an
  * interrupt check; an interrupted caller gives back its place, or a slot
  * granted meanwhile, before it returns.  Every time-like field read is
- * bounded first (gate_grant.c): shared memory is input.
+ * bounded first (gate_rec.c): shared memory is input.
  *
  * A transient answer retried with throttle_requeue() keeps its slot, as a
  * waiting slot with its arrival ticket: the oldest waiter, so it probes
  * first when the back-off passes (a leave and a new enter would queue it
  * behind later arrivals).
  *
- * Also here: tickets and cancel.  Publishing (the lock episode before the
- * not-before, so a crash between them is safe), the time bounds, repair,
- * reaping and the grant are in gate_grant.c; the snapshot fields in
- * gate_info.c.
+ * Also here: tickets.  Publishing (the lock episode before the not-before,
+ * so a crash between them is safe), cancel, the time bounds, repair and
+ * reaping are in gate_rec.c, the grant in gate_grant.c; the snapshot
+ * fields in gate_info.c.
  *
  * The learned cap (gate_learn.c, which states its rules and why): a LOCKED
  * answer with k others in flight sets the cap to k; a raise is tried only
@@ -243,7 +243,7 @@ static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
 
 /* Waiting beyond the slots: counted (by class) in the record's
  * generation of that count, which the reap renews when it finds the count
- * stale (gate_grant.c); a caller counted in another one counts itself
+ * stale (gate_rec.c); a caller counted in another one counts itself
  * again, so the count is exact once the gone are dropped. */
 struct ovf {
   bool on;
@@ -862,15 +862,4 @@ THROTTLE_EXTERN int throttle_requeue(throttle_t *h, throttle_ticket_t **ticket,
   if (!requeued)
     return rc;
   return enter_wait(h, t, timeout_ms, 0, true, ticket, NULL);
-}
-
-/* Wake every waiter of r with THROTTLE_ECANCELED (see settings.c). */
-void throttle__cancel_locked(struct throttle__rec *r) {
-  r->cancel_gen++;
-  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-    if (r->slot[i].state == THROTTLE__SLOT_WAITING) {
-      r->slot[i].state = THROTTLE__SLOT_CANCELED;
-      throttle__slot_bump(&r->slot[i]);
-    }
-  atomic_fetch_add_explicit(&r->epoch, 1, memory_order_acq_rel);
 }

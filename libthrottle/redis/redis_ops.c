@@ -12,7 +12,7 @@
  * waiter that died is dropped within the liveness bound.
  */
 #include "redis.h"
-#include "env.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -64,8 +64,10 @@ static void *load_module(char *why, size_t len) {
       snprintf(why, len, "%s", dlerror());
     return dl;
   }
+  /* The object this code is part of (libthrottle.so.1, or a program
+   * linked with libthrottle.a): any of its functions names it. */
   Dl_info di;
-  if (dladdr((void *)throttle_open, &di) != 0 && di.dli_fname != NULL) {
+  if (dladdr((void *)throttle__be_open, &di) != 0 && di.dli_fname != NULL) {
     /* Beside libthrottle, then in its libthrottle/ subdirectory, where a
      * distribution keeps a module nobody links against. */
     char dir[4096], full[4200];
@@ -132,7 +134,7 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   struct throttle__be_params p = {
       .segment_count = segment_count,
       .segment_arg = h,
-      .segment_name = throttle_segment_name(h),
+      .segment_name = h->name, /* as throttle_segment_name() */
       .url = url,
       .max_delay_ms = h->max_delay_ns / THROTTLE__NS_PER_MS,
       .store_max_ms = throttle__seg_max_ns(h) / THROTTLE__NS_PER_MS,

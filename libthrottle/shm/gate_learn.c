@@ -151,3 +151,36 @@ void throttle__learn_locked(struct throttle__rec *r,
   else if (r->auto_work_ns >= need_ns(r))
     r->auto_cap = r->auto_good + 1;
 }
+
+/* ---- a new key's learned cap ------------------------------------------ */
+
+/* A key new to a scope starts from what its siblings learned: the learned
+ * state of the key beneath the same scope whose cap a refusal set last, so
+ * a new table of a workspace does not explore from 1 what the others
+ * found.  From then on it learns alone (a table's lock is the table's).
+ * Rejected: the siblings' largest cap (one parallel table would send a
+ * serialised one into refusals); seeding at every admission (a key that
+ * has learned must not be overwritten by a sibling). */
+void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
+                                 uint64_t now) {
+  const char *slash = memrchr(r->key, '/', throttle__rec_klen(r));
+  if (slash == NULL || slash == r->key)
+    return;
+  size_t plen = (size_t)(slash - r->key);
+  const struct throttle__rec *best = NULL;
+  for (uint32_t i = 0; i < h->capacity; i++) {
+    const struct throttle__rec *o = &h->recs[i];
+    if (o != r && o->auto_learned_ns != 0 &&
+        throttle__rec_below(o, r->key, plen) &&
+        (best == NULL || o->auto_learned_ns > best->auto_learned_ns))
+      best = o;
+  }
+  if (best == NULL)
+    return;
+  r->auto_cap = best->auto_cap;
+  r->auto_good = best->auto_good;
+  r->auto_fail_cap = best->auto_fail_cap;
+  r->auto_ra_ms = best->auto_ra_ms;
+  r->auto_learned_ns = now; /* its own work at the cap counts from now */
+  throttle__learn_bound_locked(r, now); /* shared memory is input */
+}

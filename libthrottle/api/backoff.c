@@ -17,134 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NOLOCK_TRIES 8
-
-static uint64_t sat_mul_ms(uint64_t ms) {
-  return ms > UINT64_MAX / THROTTLE__NS_PER_MS ? UINT64_MAX
-                                               : ms * THROTTLE__NS_PER_MS;
-}
-
 static void sat_inc(uint64_t *c, uint64_t by) { *c = throttle__sat_add(*c, by); }
 
 static int64_t to_i64(uint64_t v) {
   return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
-}
-
-static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now);
-
-/* The key's not-before as a lock-free reader sees it: 0 when the key is
- * absent or open.  Falls back to the mutex when the table keeps changing
- * under it (or a writer left the sequence odd).  *epoch (may be NULL) is the
- * record's futex word, read before the not-before and validated with it:
- * read after the check, both could belong to another key that took over
- * the record meanwhile. */
-static int read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
-                   struct throttle__rec **rec, uint32_t *epoch) {
-  uint32_t e = 0;
-  for (int t = 0; t < NOLOCK_TRIES; t++) {
-    uint32_t idx, seq;
-    int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
-    if (f == 0) {
-      *nb = 0;
-      *rec = NULL;
-      return 0;
-    }
-    if (f < 0)
-      continue;
-    struct throttle__rec *r = &h->recs[idx];
-    e = atomic_load_explicit(&r->epoch, memory_order_acquire);
-    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
-    if (!throttle__seq_still(h, seq))
-      continue;
-    /* Further out than the segment's maximum delay: only a writer that
-     * ignored the clamp puts it there.  Pull the stored value in under the
-     * mutex, or a waiter would sleep one maximum delay after another
-     * towards it.  (Beyond this process's own maximum only, it is left
-     * alone: the callers honour their own maximum of what they read.) */
-    if (v != 0 &&
-        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
-      break;
-    *nb = v;
-    *rec = r;
-    if (epoch != NULL)
-      *epoch = e;
-    return 0;
-  }
-  int rc = throttle__lock(h);
-  if (rc != 0)
-    return rc;
-  struct throttle__rec *r =
-      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
-  if (r != NULL)
-    e = atomic_load_explicit(&r->epoch, memory_order_relaxed);
-  *nb = r ? throttle__clamp_nb_locked(h, r, throttle__now_ns()) : 0;
-  *rec = r;
-  if (epoch != NULL)
-    *epoch = e;
-  throttle__unlock(h);
-  return 0;
-}
-
-/* ms until the segment's own not-before for key passes (0: open, absent,
- * or unreadable): what this host knows, for a backend that may have lost
- * it (backend.c). */
-uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
-  size_t len;
-  uint64_t nb;
-  struct throttle__rec *r;
-  if (throttle__check_key(h, key, &len) != 0 ||
-      read_nb(h, key, len, &nb, &r, NULL) != 0 || nb == 0)
-    return 0;
-  return ms_left(h, nb, throttle__now_ns());
-}
-
-/* How long ago (ms) the segment's back-off of key was published, as its
- * record tells (the not-before less the last delay); 0 when none. */
-uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
-  size_t len;
-  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
-    return 0;
-  uint64_t now = throttle__now_ns(), ago = 0;
-  struct throttle__rec *r =
-      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
-  if (r != NULL) {
-    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
-    uint64_t d = sat_mul_ms(r->last_delay_ms);
-    uint64_t pub = nb > d ? nb - d : 0;
-    ago = nb != 0 && now > pub ? (now - pub) / THROTTLE__NS_PER_MS : 0;
-  }
-  throttle__unlock(h);
-  return ago;
-}
-
-static int segment_clear(throttle_t *h, const char *key, size_t len);
-
-/* The segment's copy of key's back-off dropped: the backend had it cleared
- * after it was published, so healing must not bring it back. */
-void throttle__segment_forget(throttle_t *h, const char *key) {
-  size_t len;
-  if (throttle__check_key(h, key, &len) == 0)
-    (void)segment_clear(h, key, len);
-}
-
-/* How many callers of key has the segment admitted or queued that are
- * still there (reaped of the dead first)?  Only during and just after a
- * backend outage: while the backend serves, the segment's gate for a key
- * is empty.  Taken under the mutex: one lookup, no system call. */
-uint32_t throttle__segment_count(throttle_t *h, const char *key) {
-  size_t len;
-  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
-    return 0;
-  uint32_t n = 0;
-  struct throttle__rec *r =
-      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
-  if (r != NULL) {
-    throttle__reap_locked(r, throttle__now_ns());
-    n = (uint32_t)(throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
-                   throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1));
-  }
-  throttle__unlock(h);
-  return n;
 }
 
 /* One record's not-before as read without the mutex (0: absent, open, or
@@ -154,7 +30,7 @@ static uint64_t level_nb_nolock(const throttle_t *h, const char *key,
                                 size_t len) {
   uint64_t v = 0;
   int t = 0;
-  for (; t < NOLOCK_TRIES; t++) {
+  for (; t < THROTTLE__NOLOCK_TRIES; t++) {
     uint32_t idx, seq;
     int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
     if (f == 0)
@@ -167,7 +43,7 @@ static uint64_t level_nb_nolock(const throttle_t *h, const char *key,
   }
   /* Never stable (a writer stopped inside a change of the table, the
    * mutex with it): the records themselves still say. */
-  if (t == NOLOCK_TRIES)
+  if (t == THROTTLE__NOLOCK_TRIES)
     v = throttle__scan_nb_nolock(h, key, len);
   uint64_t limit =
       throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h));
@@ -245,7 +121,7 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
       return rc;
     taken = rc == 0;
   }
-  uint64_t delay = sat_mul_ms(delay_ms); /* bounded when published */
+  uint64_t delay = throttle__sat_mul_ms(delay_ms); /* bounded when published */
   uint64_t now;
   struct throttle__rec *r;
   if ((rc = throttle__lock_record(h, key, len, &now, &r)) != 0) {
@@ -260,30 +136,6 @@ THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
   throttle__unlock(h);
   throttle__clear_msg(h);
   return 0;
-}
-
-int throttle__lock_record(throttle_t *h, const char *key, size_t len,
-                          uint64_t *now, struct throttle__rec **r) {
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  int rc = throttle__lock(h);
-  if (rc != 0)
-    return rc;
-  *now = throttle__now_ns();
-  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
-    throttle__unlock(h);
-  return rc;
-}
-
-/* ms until nb, rounded up; 0 when open.  A reading beyond this process's
- * maximum delay is treated as that maximum (its own choice, or a writer
- * that ignored the clamp). */
-static uint64_t ms_left(const throttle_t *h, uint64_t nb, uint64_t now) {
-  if (nb <= now)
-    return 0;
-  uint64_t d = nb - now;
-  if (d > h->max_delay_ns)
-    d = h->max_delay_ns;
-  return (d + THROTTLE__NS_PER_MS - 1) / THROTTLE__NS_PER_MS;
 }
 
 /* The latest not-before of key and its scopes from what this thread's
@@ -308,7 +160,7 @@ static bool guessed_nb(const throttle_t *h, const char *key, size_t len,
       return false;
     if (v != 0 &&
         v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
-      return false; /* read_nb pulls it in under the mutex */
+      return false; /* throttle__read_nb pulls it in under the mutex */
     if (v > *most)
       *most = v;
   }
@@ -325,7 +177,7 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
     return rc;
   uint64_t most;
   if (h->be == NULL && guessed_nb(h, key, len, &most)) {
-    *ms = most == 0 ? 0 : ms_left(h, most, throttle__now_ns());
+    *ms = most == 0 ? 0 : throttle__ms_left(h, most, throttle__now_ns());
     return 0;
   }
   if ((rc = throttle__key_syntax(h, key, len)) != 0)
@@ -338,12 +190,12 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
     q = s ? s : len;
     uint64_t nb;
     struct throttle__rec *r;
-    if ((rc = read_nb(h, key, q, &nb, &r, NULL)) != 0)
+    if ((rc = throttle__read_nb(h, key, q, &nb, &r, NULL)) != 0)
       return rc;
     if (nb > most)
       most = nb;
   }
-  *ms = most == 0 ? 0 : ms_left(h, most, throttle__now_ns());
+  *ms = most == 0 ? 0 : throttle__ms_left(h, most, throttle__now_ns());
   return 0;
 }
 
@@ -467,7 +319,7 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
       size_t q = throttle__scope_next(key, len, p);
       l = q ? q : len;
       p = q + 1;
-      if ((rc = read_nb(h, key, l, &nb, &r, NULL)) != 0)
+      if ((rc = throttle__read_nb(h, key, l, &nb, &r, NULL)) != 0)
         return rc;
       if (r == NULL || (nb == 0 && !throttle__gate_held(r)))
         continue;
@@ -506,7 +358,7 @@ static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
     /* The epoch is read before the not-before: a clear that lands between
      * the two changes the epoch, and the futex wait then returns at once. */
     uint32_t epoch = 0;
-    if ((rc = read_nb(h, key, len, &nb, &r, &epoch)) != 0)
+    if ((rc = throttle__read_nb(h, key, len, &nb, &r, &epoch)) != 0)
       return rc;
     if (r == NULL)
       break; /* never seen: open */
@@ -519,7 +371,7 @@ static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
         break;
       start = now;
       if (timeout_ms != THROTTLE_FOREVER)
-        deadline = throttle__sat_add(now, sat_mul_ms(timeout_ms));
+        deadline = throttle__sat_add(now, throttle__sat_mul_ms(timeout_ms));
       jitter = throttle__random() % (THROTTLE__JITTER_MAX_NS + 1);
       /* This process's own maximum delay counts from the start of its
        * wait (counted from each look, it would never run out). */
@@ -532,7 +384,8 @@ static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
         count_wait(h, key, len, now - start);
       return throttle__fail(h, THROTTLE_ETIMEDOUT,
                             "%s: opens in %llu ms, after the %llu ms timeout",
-                            key, (unsigned long long)ms_left(h, nb, now),
+                            key,
+                            (unsigned long long)throttle__ms_left(h, nb, now),
                             (unsigned long long)timeout_ms);
     }
     /* Cleared (0) opens at once; a passing not-before opens after the
@@ -567,31 +420,6 @@ static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
   return bound && !asleep ? 1 : 0;
 }
 
-/* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
- * record there. */
-static int segment_clear(throttle_t *h, const char *key, size_t len) {
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  int rc = throttle__lock(h);
-  if (rc != 0)
-    return rc;
-  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
-  if (r != NULL) {
-    throttle__open_locked(r);
-    r->last_use_ns = throttle__now_ns();
-    /* Woken under the mutex: throttle__wake_rec reads the record's slots,
-     * which another thread may rewrite (evict, reuse) once it is released.
-     * A wake does not sleep; with no sleepers it is one system call. */
-    throttle__wake_rec(r);
-    throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
-  }
-  /* A scope without a record of its own has no back-off to drop; its
-   * keys are still woken, and it is no unknown key. */
-  bool beneath = r == NULL && throttle__scope_below_key_locked(h, key, len,
-                                                               false) != 0;
-  throttle__unlock(h);
-  return r != NULL || beneath ? 0 : THROTTLE_ENOKEY;
-}
-
 THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
   size_t len;
   if (h == NULL)
@@ -609,7 +437,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
      * cleared there. */
     int brc = throttle__be_clear(h, key);
     if (brc == 0 || brc == THROTTLE_ENOKEY) {
-      rc = segment_clear(h, key, len);
+      rc = throttle__segment_clear(h, key, len);
       if (brc == 0 || rc == 0) {
         throttle__clear_msg(h);
         return 0;
@@ -619,7 +447,7 @@ THROTTLE_EXTERN int throttle_clear(throttle_t *h, const char *key) {
     if (brc != THROTTLE__BE_DOWN)
       return brc;
   }
-  rc = segment_clear(h, key, len);
+  rc = throttle__segment_clear(h, key, len);
   if (rc == THROTTLE_ENOKEY)
     return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
   if (rc != 0)
@@ -671,7 +499,7 @@ static void snapshot(const throttle_t *h, const struct throttle__rec *r,
   out->key[klen] = 0;
   uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
   int64_t *f = out->field;
-  f[THROTTLE_FIELD_REMAINING_MS] = (int64_t)ms_left(h, nb, now);
+  f[THROTTLE_FIELD_REMAINING_MS] = (int64_t)throttle__ms_left(h, nb, now);
   f[THROTTLE_FIELD_PUBLISHES] = to_i64(r->publishes);
   f[THROTTLE_FIELD_WAITS] = to_i64(r->waits);
   f[THROTTLE_FIELD_WAITED_MS] = to_i64(r->waited_ns / THROTTLE__NS_PER_MS);

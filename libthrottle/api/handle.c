@@ -4,7 +4,7 @@
  * open (with the fail-open fallback to private memory), close, unlink.
  */
 #include "backend.h"
-#include "env.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -28,7 +28,7 @@
  *     20 * R * 2^fails; auto:MAX bounds it, a fixed cap stops it and
  *     keeps what it learned (common.lua learn; hold times and the learned
  *     time on Redis's clock); a key new to a scope starts from what the
- *     last refusal of a key beneath it taught (scope.c
+ *     last refusal of a key beneath it taught (gate_learn.c
  *     throttle__scope_seed_locked; see seed_* below).
  *   - cancel ends the current waiters only; later callers are unaffected.
  *   - scopes (scope.c): a key's gate also honours each of its scopes (its

@@ -557,50 +557,9 @@ void throttle__init_table(throttle_t *h) {
   }
 }
 
-uint64_t throttle__seg_max_ns(const throttle_t *h) {
-  uint64_t v =
-      atomic_load_explicit(&h->hdr->max_delay_ns, memory_order_relaxed);
-  if (v < THROTTLE__NS_PER_MS ||
-      v > THROTTLE__MAX_MAX_DELAY_MS * THROTTLE__NS_PER_MS)
-    return THROTTLE__DEFAULT_MAX_DELAY_MS * THROTTLE__NS_PER_MS;
-  return v;
-}
-
-/* A not-before further out than the segment's maximum delay can only come
- * from a writer that ignored the clamp (or a clock that went backwards):
- * pull it in, for everyone, so it costs at most one maximum delay from now.
- * This process's own maximum plays no part: the gate decides for every
- * process (whoever runs it admits others' waiters too), and a loosely
- * configured process must not shorten what the others honour. */
-uint64_t throttle__clamp_nb_locked(throttle_t *h, struct throttle__rec *r,
-                                   uint64_t now) {
-  uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
-  uint64_t limit = throttle__sat_add(now, throttle__seg_max_ns(h));
-  if (nb > limit) {
-    nb = limit;
-    atomic_store_explicit(&r->not_before, nb, memory_order_release);
-  }
-  return nb;
-}
-
-void throttle__repair_locked(throttle_t *h) {
-  uint64_t now = throttle__now_ns();
-  uint32_t s = atomic_load_explicit(&h->hdr->tseq, memory_order_relaxed);
-  atomic_store_explicit(&h->hdr->tseq, s | 1, memory_order_release);
-  rebuild_locked(h);
-  for (uint32_t i = 0; i < h->capacity; i++) {
-    struct throttle__rec *r = &h->recs[i];
-    if (r->state != THROTTLE__REC_USED)
-      continue;
-    throttle__clamp_nb_locked(h, r, now);
-    throttle__gate_repair_locked(h, r);
-    if (r->last_use_ns > now)
-      r->last_use_ns = now;
-  }
-  throttle__scope_repair_locked(h); /* pool places of a grant cut short */
-  atomic_store_explicit(&h->hdr->tseq, (s | 1) + 1, memory_order_release);
-  throttle__scope_touch(h); /* a publish or pause cut short by the crash */
-}
+/* The index and the free list rebuilt from the records, for the repair
+ * after a crash (repair.c): with the mutex held and the sequence odd. */
+void throttle__rebuild_locked(throttle_t *h) { rebuild_locked(h); }
 
 
 /* Full table: a linear scan for the least recently used idle key.  It runs

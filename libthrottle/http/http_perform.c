@@ -9,7 +9,7 @@
  * source below rather than the core's.
  */
 #include "http_internal.h"
-#include "rng.h"
+#include "core/rng.h"
 
 #include <errno.h>
 #include <stdarg.h>

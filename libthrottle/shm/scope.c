@@ -85,19 +85,14 @@
 
 #include <string.h>
 
-/* A record's key length, read once: it is shared memory (I8), and one a
- * writer outside the library damaged reads as 0 (no key, no scopes), never
- * as a length past the key buffer. */
-static size_t klen(const struct throttle__rec *r) {
-  size_t n = __atomic_load_n(&r->key_len, __ATOMIC_RELAXED);
-  return n <= THROTTLE__KEY_MAX ? n : 0;
+/* internal.h's helpers on a record, by the short names used here */
+static inline size_t klen(const struct throttle__rec *r) {
+  return throttle__rec_klen(r);
 }
 
-static bool below(const struct throttle__rec *r, const char *scope,
-                  size_t len) {
-  return len <= THROTTLE__KEY_MAX && r->state == THROTTLE__REC_USED &&
-         klen(r) > len &&
-         r->key[len] == '/' && memcmp(r->key, scope, len) == 0;
+static inline bool below(const struct throttle__rec *r, const char *scope,
+                         size_t len) {
+  return throttle__rec_below(r, scope, len);
 }
 
 /* The scope's record, or NULL when the scope was never named. */
@@ -307,38 +302,6 @@ void throttle__scope_pool_set_locked(throttle_t *h, struct throttle__rec *s) {
   }
 }
 
-/* ---- a new key's learned cap ------------------------------------------ */
-
-/* A key new to a scope starts from what its siblings learned: the learned
- * state of the key beneath the same scope whose cap a refusal set last, so
- * a new table of a workspace does not explore from 1 what the others
- * found.  From then on it learns alone (a table's lock is the table's).
- * Rejected: the siblings' largest cap (one parallel table would send a
- * serialised one into refusals); seeding at every admission (a key that
- * has learned must not be overwritten by a sibling). */
-void throttle__scope_seed_locked(throttle_t *h, struct throttle__rec *r,
-                                 uint64_t now) {
-  const char *slash = memrchr(r->key, '/', klen(r));
-  if (slash == NULL || slash == r->key)
-    return;
-  size_t plen = (size_t)(slash - r->key);
-  const struct throttle__rec *best = NULL;
-  for (uint32_t i = 0; i < h->capacity; i++) {
-    const struct throttle__rec *o = &h->recs[i];
-    if (o != r && o->auto_learned_ns != 0 && below(o, r->key, plen) &&
-        (best == NULL || o->auto_learned_ns > best->auto_learned_ns))
-      best = o;
-  }
-  if (best == NULL)
-    return;
-  r->auto_cap = best->auto_cap;
-  r->auto_good = best->auto_good;
-  r->auto_fail_cap = best->auto_fail_cap;
-  r->auto_ra_ms = best->auto_ra_ms;
-  r->auto_learned_ns = now; /* its own work at the cap counts from now */
-  throttle__learn_bound_locked(r, now); /* shared memory is input */
-}
-
 /* ---- pools ------------------------------------------------------------- */
 
 /* Does the pool s hold a waiter of class cls for its own places: full,
@@ -404,7 +367,7 @@ static bool could_go(throttle_t *h, struct throttle__rec *r, size_t plen,
 /* A waiter of another key beneath s that goes before w: live before
  * backfill, then the older ticket, among those who could go (could_go).
  * Judged by evidence: before a key's waiters count, the key is reaped
- * (gate_grant.c), so a waiter whose process is gone, or that has not
+ * (gate_rec.c), so a waiter whose process is gone, or that has not
  * looked at its gate within its lease (one that cannot be judged), is
  * dropped instead of holding the turn: nothing else would ever take it,
  * and every key beneath would wait behind it. */

@@ -178,62 +178,6 @@ THROTTLE_EXTERN int throttle_cancel(throttle_t *h, const char *key) {
 }
 
 
-/* ---- what a backend knows ------------------------------------------------ */
-
-void throttle__segment_mirror(throttle_t *h, const char *key,
-                              const struct throttle__be_settings *s) {
-  size_t len;
-  if (!s->known || h->ro_src != NULL || throttle__check_key(h, key, &len) != 0)
-    return;
-  bool any = s->fixed_cap != 0 || s->auto_max != 0 || s->paused ||
-             s->rate_n != 0 || s->share_set;
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  if (throttle__lock(h) != 0)
-    return;
-  uint64_t now = throttle__now_ns();
-  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
-  if (r == NULL && any && throttle__insert_locked(h, key, len, hash, now, &r) != 0)
-    r = NULL; /* no room: the segment keeps what it had */
-  if (r != NULL) {
-    bool changed = false;
-    uint32_t cap = s->fixed_cap <= THROTTLE__SLOTS ? s->fixed_cap : THROTTLE__SLOTS;
-    uint32_t max = s->auto_max <= THROTTLE__SLOTS ? s->auto_max : THROTTLE__SLOTS;
-    uint64_t ms = s->rate_period_ms <= UINT64_C(86400000) * 366
-                      ? s->rate_period_ms
-                      : UINT64_C(86400000) * 366;
-    uint64_t period = s->rate_n ? ms * THROTTLE__NS_PER_MS : 0;
-    uint32_t share = s->share_permille <= 1000 ? s->share_permille : 1000;
-    if (r->fixed_cap != cap || r->auto_max != max) {
-      r->fixed_cap = cap;
-      r->auto_max = max;
-      throttle__learn_bound_locked(r, now);
-      changed = true;
-    }
-    if (((r->flags & THROTTLE__REC_PAUSED) != 0) != (s->paused != 0)) {
-      throttle__rec_flags(r, THROTTLE__REC_PAUSED, s->paused != 0);
-      changed = true;
-    }
-    if (r->rate_n != s->rate_n || r->rate_period_ns != period) {
-      r->rate_n = s->rate_n;
-      r->rate_period_ns = period;
-      r->rate_tat_ns = 0;
-      changed = true;
-    }
-    if (((r->flags & THROTTLE__REC_SHARE_SET) != 0) != (s->share_set != 0) ||
-        (s->share_set && r->share_permille != share)) {
-      r->share_permille = s->share_set ? share : 0;
-      throttle__rec_flags(r, THROTTLE__REC_SHARE_SET, s->share_set != 0);
-      changed = true;
-    }
-    if (changed) { /* as with_key() does for a setting made here */
-      throttle__wake_rec(r);
-      throttle__scope_below_locked(h, r, false);
-      throttle__scope_touch(h);
-    }
-  }
-  throttle__unlock(h);
-}
-
 /* ---- segment-wide settings ---------------------------------------------- */
 
 THROTTLE_EXTERN int throttle_set_segment_max_delay(throttle_t *h,

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segment_ops.c — the segment's own halves of the calls that more than
+ * one entry point shares, and that backend.c heals and falls back with
+ * when a backend (Redis) serves: a key's not-before read, its ms left and
+ * when it was published, its back-off dropped, its callers counted, a
+ * key's record found or made under the mutex, the settings a backend told
+ * mirrored into the segment, a record's refusal copied into a snapshot.
+ * Below backend.c and the public entry points (backoff.c, settings.c,
+ * refusal.c); above the table, the gate's records and the scopes.
+ */
+#include "backend.h"
+
+/* The key's not-before as a lock-free reader sees it: 0 when the key is
+ * absent or open.  Falls back to the mutex when the table keeps changing
+ * under it (or a writer left the sequence odd).  *epoch (may be NULL) is the
+ * record's futex word, read before the not-before and validated with it:
+ * read after the check, both could belong to another key that took over
+ * the record meanwhile. */
+int throttle__read_nb(throttle_t *h, const char *key, size_t len, uint64_t *nb,
+                      struct throttle__rec **rec, uint32_t *epoch) {
+  uint32_t e = 0;
+  for (int t = 0; t < THROTTLE__NOLOCK_TRIES; t++) {
+    uint32_t idx, seq;
+    int f = throttle__find_nolock(h, key, len, &idx, &seq, false);
+    if (f == 0) {
+      *nb = 0;
+      *rec = NULL;
+      return 0;
+    }
+    if (f < 0)
+      continue;
+    struct throttle__rec *r = &h->recs[idx];
+    e = atomic_load_explicit(&r->epoch, memory_order_acquire);
+    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    if (!throttle__seq_still(h, seq))
+      continue;
+    /* Further out than the segment's maximum delay: only a writer that
+     * ignored the clamp puts it there.  Pull the stored value in under the
+     * mutex, or a waiter would sleep one maximum delay after another
+     * towards it.  (Beyond this process's own maximum only, it is left
+     * alone: the callers honour their own maximum of what they read.) */
+    if (v != 0 &&
+        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
+      break;
+    *nb = v;
+    *rec = r;
+    if (epoch != NULL)
+      *epoch = e;
+    return 0;
+  }
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL)
+    e = atomic_load_explicit(&r->epoch, memory_order_relaxed);
+  *nb = r ? throttle__clamp_nb_locked(h, r, throttle__now_ns()) : 0;
+  *rec = r;
+  if (epoch != NULL)
+    *epoch = e;
+  throttle__unlock(h);
+  return 0;
+}
+
+/* ms until the segment's own not-before for key passes (0: open, absent,
+ * or unreadable): what this host knows, for a backend that may have lost
+ * it (backend.c). */
+uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
+  size_t len;
+  uint64_t nb;
+  struct throttle__rec *r;
+  if (throttle__check_key(h, key, &len) != 0 ||
+      throttle__read_nb(h, key, len, &nb, &r, NULL) != 0 || nb == 0)
+    return 0;
+  return throttle__ms_left(h, nb, throttle__now_ns());
+}
+
+/* How long ago (ms) the segment's back-off of key was published, as its
+ * record tells (the not-before less the last delay); 0 when none. */
+uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+    return 0;
+  uint64_t now = throttle__now_ns(), ago = 0;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL) {
+    uint64_t nb = atomic_load_explicit(&r->not_before, memory_order_relaxed);
+    uint64_t d = throttle__sat_mul_ms(r->last_delay_ms);
+    uint64_t pub = nb > d ? nb - d : 0;
+    ago = nb != 0 && now > pub ? (now - pub) / THROTTLE__NS_PER_MS : 0;
+  }
+  throttle__unlock(h);
+  return ago;
+}
+
+/* The segment's copy of key's back-off dropped: the backend had it cleared
+ * after it was published, so healing must not bring it back. */
+void throttle__segment_forget(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) == 0)
+    (void)throttle__segment_clear(h, key, len);
+}
+
+/* How many callers of key has the segment admitted or queued that are
+ * still there (reaped of the dead first)?  Only during and just after a
+ * backend outage: while the backend serves, the segment's gate for a key
+ * is empty.  Taken under the mutex: one lookup, no system call. */
+uint32_t throttle__segment_count(throttle_t *h, const char *key) {
+  size_t len;
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+    return 0;
+  uint32_t n = 0;
+  struct throttle__rec *r =
+      throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
+  if (r != NULL) {
+    throttle__reap_locked(r, throttle__now_ns());
+    n = (uint32_t)(throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
+                   throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1));
+  }
+  throttle__unlock(h);
+  return n;
+}
+
+/* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
+ * record there. */
+int throttle__segment_clear(throttle_t *h, const char *key, size_t len) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  if (r != NULL) {
+    throttle__open_locked(r);
+    r->last_use_ns = throttle__now_ns();
+    /* Woken under the mutex: throttle__wake_rec reads the record's slots,
+     * which another thread may rewrite (evict, reuse) once it is released.
+     * A wake does not sleep; with no sleepers it is one system call. */
+    throttle__wake_rec(r);
+    throttle__scope_below_locked(h, r, false); /* a scope: its keys too */
+  }
+  /* A scope without a record of its own has no back-off to drop; its
+   * keys are still woken, and it is no unknown key. */
+  bool beneath = r == NULL && throttle__scope_below_key_locked(h, key, len,
+                                                               false) != 0;
+  throttle__unlock(h);
+  return r != NULL || beneath ? 0 : THROTTLE_ENOKEY;
+}
+
+int throttle__lock_record(throttle_t *h, const char *key, size_t len,
+                          uint64_t *now, struct throttle__rec **r) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  *now = throttle__now_ns();
+  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
+    throttle__unlock(h);
+  return rc;
+}
+
+void throttle__segment_mirror(throttle_t *h, const char *key,
+                              const struct throttle__be_settings *s) {
+  size_t len;
+  if (!s->known || h->ro_src != NULL || throttle__check_key(h, key, &len) != 0)
+    return;
+  bool any = s->fixed_cap != 0 || s->auto_max != 0 || s->paused ||
+             s->rate_n != 0 || s->share_set;
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  if (throttle__lock(h) != 0)
+    return;
+  uint64_t now = throttle__now_ns();
+  struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
+  if (r == NULL && any && throttle__insert_locked(h, key, len, hash, now, &r) != 0)
+    r = NULL; /* no room: the segment keeps what it had */
+  if (r != NULL) {
+    bool changed = false;
+    uint32_t cap = s->fixed_cap <= THROTTLE__SLOTS ? s->fixed_cap : THROTTLE__SLOTS;
+    uint32_t max = s->auto_max <= THROTTLE__SLOTS ? s->auto_max : THROTTLE__SLOTS;
+    uint64_t ms = s->rate_period_ms <= UINT64_C(86400000) * 366
+                      ? s->rate_period_ms
+                      : UINT64_C(86400000) * 366;
+    uint64_t period = s->rate_n ? ms * THROTTLE__NS_PER_MS : 0;
+    uint32_t share = s->share_permille <= 1000 ? s->share_permille : 1000;
+    if (r->fixed_cap != cap || r->auto_max != max) {
+      r->fixed_cap = cap;
+      r->auto_max = max;
+      throttle__learn_bound_locked(r, now);
+      changed = true;
+    }
+    if (((r->flags & THROTTLE__REC_PAUSED) != 0) != (s->paused != 0)) {
+      throttle__rec_flags(r, THROTTLE__REC_PAUSED, s->paused != 0);
+      changed = true;
+    }
+    if (r->rate_n != s->rate_n || r->rate_period_ns != period) {
+      r->rate_n = s->rate_n;
+      r->rate_period_ns = period;
+      r->rate_tat_ns = 0;
+      changed = true;
+    }
+    if (((r->flags & THROTTLE__REC_SHARE_SET) != 0) != (s->share_set != 0) ||
+        (s->share_set && r->share_permille != share)) {
+      r->share_permille = s->share_set ? share : 0;
+      throttle__rec_flags(r, THROTTLE__REC_SHARE_SET, s->share_set != 0);
+      changed = true;
+    }
+    if (changed) { /* as with_key() does for a setting made here */
+      throttle__wake_rec(r);
+      throttle__scope_below_locked(h, r, false);
+      throttle__scope_touch(h);
+    }
+  }
+  throttle__unlock(h);
+}
+
+/* A field of the record, read once and bounded (it may lack its NUL). */
+#define CLEAN_FIELD(dst, src)                                                  \
+  throttle__clean_text((dst), sizeof(dst), (src), strnlen((src), sizeof(src)))
+
+void throttle__refusal_copy(struct throttle__refusal *dst,
+                            const struct throttle__refusal *src) {
+  struct throttle__refusal r;
+  memcpy(&r, src, sizeof r); /* once: a writer may change it meanwhile */
+  memset(dst, 0, sizeof *dst);
+  if (r.wall_ns == 0 || r.status < 100 || r.status > 999)
+    return; /* none, or not one the library wrote */
+  dst->wall_ns = r.wall_ns;
+  dst->pid = r.pid;
+  dst->status = r.status;
+  CLEAN_FIELD(dst->code, r.code);
+  CLEAN_FIELD(dst->msg, r.msg);
+  CLEAN_FIELD(dst->ra, r.ra);
+  CLEAN_FIELD(dst->host, r.host);
+}
+
+void throttle__refusal_merge(throttle_t *h, throttle_info_t *info) {
+  memset(&info->refusal, 0, sizeof info->refusal);
+  size_t len = strnlen(info->key, sizeof info->key);
+  if (h->hdr == NULL || len == 0 || len > THROTTLE__KEY_MAX ||
+      throttle__lock(h) != 0)
+    return; /* no segment to ask: none noted */
+  struct throttle__rec *r = throttle__find_locked(
+      h, info->key, len, throttle__hash(h->seed, info->key, len));
+  if (r != NULL)
+    throttle__refusal_copy(&info->refusal, &r->refusal);
+  throttle__unlock(h);
+}
