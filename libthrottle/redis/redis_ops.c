@@ -367,7 +367,7 @@ static int failed(struct rds *r, redisContext **cp, const char *what,
                   uint64_t timeout_ms) {
   redisContext *c = *cp;
   *cp = NULL;
-  if (c->err != 0 && !rds_past(deadline) && rds_timed_out(c)) {
+  if (c != NULL && c->err != 0 && !rds_past(deadline) && rds_timed_out(c)) {
     rds_put(r, c, 0);
     if ((*cp = rds_connect_by(r, probe_by)) != NULL) {
       rds_msg("%s: Redis answers late (no answer within %u ms; a new "
