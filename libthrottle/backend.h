@@ -134,6 +134,32 @@ struct throttle__backend {
   unsigned (*notice)(void *be, char *buf, size_t len);
 };
 
+/* ---- one table per backend, chosen at open -----------------------------
+ * The public entry points (api/) check their arguments, refuse a change on
+ * a read-only handle, and call h->ops.  Two tables exist:
+ *   throttle__segment_ops (shm/): the host's segment serves the call;
+ *   throttle__remote_ops (api/backend.c): a backend across hosts (the
+ *     module above) answers, and on THROTTLE__BE_DOWN the call goes to
+ *     throttle__segment_ops (downward: the segment never calls back).
+ * key has been checked for its length (len) and, unless the operation says
+ * so, its syntax; remaining and wait check the syntax themselves, after
+ * the segment's lock-free guesses (which know only checked keys). */
+struct throttle__ops {
+  const char *name;
+  int (*backoff)(throttle_t *h, const char *key, size_t len,
+                 uint64_t delay_ms);
+  int (*remaining)(throttle_t *h, const char *key, size_t len, uint64_t *ms);
+  int (*wait)(throttle_t *h, const char *key, size_t len, uint64_t timeout_ms);
+  int (*clear)(throttle_t *h, const char *key, size_t len);
+  int (*reset)(throttle_t *h);
+  int (*info)(throttle_t *h, const char *key, size_t len,
+              throttle_info_t **out);
+  int (*foreach)(throttle_t *h, int (*fn)(const throttle_info_t *, void *),
+                 void *arg);
+};
+extern const struct throttle__ops throttle__segment_ops;
+extern const struct throttle__ops throttle__remote_ops;
+
 /* ---- the core's side (backend.c) -------------------------------------
  * Each wrapper validates like the public call, asks the backend, and turns
  * its answer into the public one (message included); THROTTLE__BE_DOWN

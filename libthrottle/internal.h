@@ -341,6 +341,8 @@ struct throttle_config {
   uint32_t intr_period_ms;
 };
 
+struct throttle__ops; /* backend.h */
+
 struct throttle {
   char name[256];
   int shared;
@@ -365,6 +367,9 @@ struct throttle {
   const void *ro_src;
   pthread_mutex_t ro_lock;
   struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
+  /* the table of operations the public calls go through (backend.h):
+   * &throttle__segment_ops, or &throttle__remote_ops while be is open */
+  const struct throttle__ops *ops;
   /* throttle_set_publish_level(): per outcome (LOCKED, RATE_LIMITED,
    * UNAVAILABLE), where its back-off goes; bit o of publish_set says
    * publish_level[o] was set (scope.c has the defaults). */

@@ -160,6 +160,7 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   else
     snprintf(be->shown, sizeof be->shown, "%s", url);
   h->be = be;
+  h->ops = &throttle__remote_ops;
   snprintf(be->env_warn, sizeof be->env_warn, "%.255s", why);
   atomic_store(&be->notice_gen, show_notice(h, be));
   return 0;
@@ -195,6 +196,7 @@ void throttle__be_close(throttle_t *h) {
    * ticket's code, may still be in it; dlclose() would gain nothing. */
   throttle__free(be);
   h->be = NULL;
+  h->ops = &throttle__segment_ops;
 }
 
 /* The public answer for a backend's answer; DOWN passes through, with a
@@ -436,3 +438,103 @@ int throttle__be_foreach(throttle_t *h,
     return result(h, rc);
   return rc;
 }
+
+/* ---- the table of a backend across hosts -------------------------------
+ * Each operation asks the backend (the wrappers above), and serves the
+ * call from the segment's own table when the backend is down: downward
+ * only, the segment never calls back. */
+
+static int remote_backoff(throttle_t *h, const char *key, size_t len,
+                          uint64_t delay_ms) {
+  /* With a backend that took the back-off, the segment records a copy:
+   * if the backend goes away, this host's processes still honour what
+   * they were told.  A copy that finds no room (a table full of keys in
+   * use) or no mutex turns no success into an error: the back-off is
+   * published where every host reads it. */
+  int rc = throttle__be_backoff(h, key, delay_ms);
+  if (rc < 0)
+    return rc;
+  if (rc == THROTTLE__BE_DOWN)
+    return throttle__segment_ops.backoff(h, key, len, delay_ms);
+  if (throttle__segment_ops.backoff(h, key, len, delay_ms) != 0)
+    throttle__clear_msg(h); /* the segment's copy failing is no error */
+  return 0;
+}
+
+static int remote_remaining(throttle_t *h, const char *key, size_t len,
+                            uint64_t *ms) {
+  int rc = throttle__key_syntax(h, key, len);
+  if (rc != 0)
+    return rc;
+  rc = throttle__be_remaining(h, key, ms);
+  if (rc != THROTTLE__BE_DOWN)
+    return rc;
+  return throttle__segment_ops.remaining(h, key, len, ms);
+}
+
+static int remote_wait(throttle_t *h, const char *key, size_t len,
+                       uint64_t timeout_ms) {
+  int rc = throttle__key_syntax(h, key, len);
+  if (rc != 0)
+    return rc;
+  rc = throttle__be_wait(h, key, &timeout_ms);
+  if (rc != THROTTLE__BE_DOWN)
+    return rc;
+  return throttle__segment_ops.wait(h, key, len, timeout_ms);
+}
+
+static int remote_clear(throttle_t *h, const char *key, size_t len) {
+  /* Cleared across hosts, and this host's own copy too: it is kept to
+   * heal a backend that lost its state, so left alone it would publish
+   * the cleared back-off again at this host's next call.  A key only
+   * this host's segment knows (told while the backend was away) is
+   * cleared there. */
+  int brc = throttle__be_clear(h, key);
+  if (brc == 0 || brc == THROTTLE_ENOKEY) {
+    int rc = throttle__segment_clear(h, key, len);
+    if (brc == 0 || rc == 0) {
+      throttle__clear_msg(h);
+      return 0;
+    }
+    return brc;
+  }
+  if (brc != THROTTLE__BE_DOWN)
+    return brc;
+  return throttle__segment_ops.clear(h, key, len);
+}
+
+static int remote_reset(throttle_t *h) {
+  /* this host's copies go too (see remote_clear) */
+  int brc = throttle__be_clear(h, NULL);
+  if (brc != 0 && brc != THROTTLE__BE_DOWN)
+    return brc;
+  return throttle__segment_ops.reset(h);
+}
+
+static int remote_info(throttle_t *h, const char *key, size_t len,
+                       throttle_info_t **out) {
+  int rc = throttle__be_info(h, key, out);
+  if (rc != THROTTLE__BE_DOWN)
+    return rc;
+  return throttle__segment_ops.info(h, key, len, out);
+}
+
+static int remote_foreach(throttle_t *h,
+                          int (*fn)(const throttle_info_t *, void *),
+                          void *arg) {
+  int rc = throttle__be_foreach(h, fn, arg);
+  if (rc != THROTTLE__BE_DOWN)
+    return rc;
+  return throttle__segment_ops.foreach(h, fn, arg);
+}
+
+const struct throttle__ops throttle__remote_ops = {
+    .name = "remote",
+    .backoff = remote_backoff,
+    .remaining = remote_remaining,
+    .wait = remote_wait,
+    .clear = remote_clear,
+    .reset = remote_reset,
+    .info = remote_info,
+    .foreach = remote_foreach,
+};

@@ -139,6 +139,7 @@ THROTTLE_EXTERN int throttle_open(const throttle_config_t *cfg,
   if (h == NULL)
     return throttle__fail(NULL, THROTTLE_ENOMEM,
                           "out of memory for a handle (%zu bytes)", sizeof *h);
+  h->ops = &throttle__segment_ops; /* until a backend is opened */
   char warn[sizeof h->open_msg] = "";
   if (resolve_name(cfg != NULL ? cfg->segment : NULL, h->name,
                    sizeof h->name) != 0)
