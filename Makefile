@@ -59,7 +59,8 @@ LDLIBS_CORE := -lpthread -lrt
 CORE_SRC := $(addprefix libthrottle/core/,error.c clock.c fault.c text.c) \
             $(addprefix libthrottle/shm/,segment.c table.c gate_rec.c \
               gate_grant.c gate_live.c gate_learn.c gate_info.c scope.c \
-              repair.c segment_ops.c segment_backoff.c) \
+              repair.c segment_ops.c segment_backoff.c gate_enter.c \
+              segment_settings.c segment_table.c) \
             $(addprefix libthrottle/api/,handle.c backoff.c gate.c \
               settings.c refusal.c backend.c)
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/core/rng.h \

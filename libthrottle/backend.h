@@ -1,22 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backend.h — the seam between the core and a backend other than the
- * host's shared-memory segment (today: Redis, libthrottle-redis.so.1).
+ * backend.h — the tables of operations between the public entry points
+ * and the backends.
  *
- * The core (libc + pthreads only) dlopen()s a backend module when
- * THROTTLE_BACKEND or throttle_config_set_backend() names one, looks up
- * the one symbol THROTTLE__BACKEND_SYMBOL in it, and from then on every
- * public entry point asks the table below first.  A backend carries the
- * storage and the waking of a key's gate across hosts; the rules (who is
- * admitted, when a probe goes, how a cap is learned) are gate.c's, and a
- * backend that must run them atomically on its server says in its own
- * header which of them it mirrors (redis.h).
+ * One table per backend (struct throttle__ops, below), chosen at open and
+ * kept in h->ops: the public entry points (api/) check their arguments,
+ * refuse a change on a read-only handle, and call through it.  The host's
+ * shared-memory segment is one backend (throttle__segment_ops, shm/); a
+ * backend across hosts is another (throttle__remote_ops, api/backend.c),
+ * which asks its module and, when the module cannot be reached, calls the
+ * segment's table: downward only, the segment never calls back up.
  *
- * Every function returns what the public function it stands for returns
- * (0 or a THROTTLE_E* code), or THROTTLE__BE_DOWN: the backend cannot be
- * reached now, and the core serves the call from the host's segment, so
- * an outage of the backend narrows the contracts to one host (I7) instead
- * of stopping the fleet.  A message for throttle_errmsg() is left in the
+ * A backend across hosts is a module (today: Redis,
+ * libthrottle-redis.so.1) implementing struct throttle__backend: the core
+ * (libc + pthreads only) dlopen()s it when THROTTLE_BACKEND or
+ * throttle_config_set_backend() names one, looks up the one symbol
+ * THROTTLE__BACKEND_SYMBOL in it, and from then on the remote table asks
+ * it first.  A backend carries the storage and the waking of a key's gate
+ * across hosts; the rules (who is admitted, when a probe goes, how a cap
+ * is learned) are the segment's (shm/gate_enter.c and the gate_*.c beside
+ * it), and a backend that must run them atomically on its server says in
+ * its own header which of them it mirrors (redis.h).
+ *
+ * Each function of a module's table returns what the public function it
+ * stands for returns (0 or a THROTTLE_E* code), or THROTTLE__BE_DOWN: the
+ * backend cannot be reached now, and the core serves the call from the
+ * host's segment, so an outage of the backend narrows the contracts to one
+ * host (I7) instead of stopping the fleet.  A message for throttle_errmsg() is left in the
  * buffer the module's errmsg() returns (per thread).
  *
  * The module is built from this tree: THROTTLE__BACKEND_ABI changes with
@@ -156,35 +166,85 @@ struct throttle__ops {
               throttle_info_t **out);
   int (*foreach)(throttle_t *h, int (*fn)(const throttle_info_t *, void *),
                  void *arg);
+  /* t: made by throttle__ticket_new for key (the caller's pointer, which
+   * the segment's per-thread guess is keyed by); *out = t on success, else
+   * t is freed. */
+  int (*enter)(throttle_t *h, const char *key, throttle_ticket_t *t,
+               uint64_t timeout_ms, int nowait, throttle_ticket_t **out,
+               uint64_t *wait_ms);
+  /* t is h's; an unknown outcome arrives as ABANDONED with bad_outcome
+   * set (reported after the slot is given back).  Frees t, unless
+   * requeue puts it back in *ticket. */
+  int (*leave)(throttle_t *h, throttle_ticket_t *t, throttle_outcome_t outcome,
+               uint64_t retry_after_ms, int bad_outcome);
+  int (*requeue)(throttle_t *h, throttle_ticket_t *t,
+                 throttle_outcome_t outcome, uint64_t retry_after_ms,
+                 int bad_outcome, uint64_t timeout_ms,
+                 throttle_ticket_t **ticket);
+  /* what: a THROTTLE__BE_* kind, a and b as set() above says. */
+  int (*set)(throttle_t *h, const char *key, size_t len, int what,
+             uint64_t a, uint64_t b);
+  /* The segment's own (the remote table passes them on): the segment's
+   * maximum delay (ms checked), and a refusal's note (cleaned, stamped),
+   * which only this host's segment keeps (refusal.c). */
+  int (*set_max_delay)(throttle_t *h, uint64_t ms);
+  int (*note_refusal)(throttle_t *h, const char *key, size_t len,
+                      const struct throttle__refusal *n);
+  int (*stats)(throttle_t *h, uint32_t *capacity, uint32_t *used,
+               uint64_t *evictions, uint64_t *repairs);
 };
-extern const struct throttle__ops throttle__segment_ops;
-extern const struct throttle__ops throttle__remote_ops;
+extern const struct throttle__ops throttle__segment_ops; /* shm/segment_table.c */
+extern const struct throttle__ops throttle__remote_ops;  /* api/backend.c */
+
+/* The segment's operations (shm/segment_backoff.c, shm/gate_enter.c,
+ * shm/segment_settings.c), as throttle__segment_ops holds them. */
+int throttle__seg_backoff(throttle_t *h, const char *key, size_t len,
+                          uint64_t delay_ms);
+int throttle__seg_remaining(throttle_t *h, const char *key, size_t len,
+                            uint64_t *ms);
+int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
+                       uint64_t timeout_ms);
+int throttle__seg_clear(throttle_t *h, const char *key, size_t len);
+int throttle__seg_reset(throttle_t *h);
+int throttle__seg_info(throttle_t *h, const char *key, size_t len,
+                       throttle_info_t **out);
+int throttle__seg_foreach(throttle_t *h,
+                          int (*fn)(const throttle_info_t *, void *),
+                          void *arg);
+int throttle__seg_enter(throttle_t *h, const char *key, throttle_ticket_t *t,
+                        uint64_t timeout_ms, int nowait,
+                        throttle_ticket_t **out, uint64_t *wait_ms);
+int throttle__seg_leave(throttle_t *h, throttle_ticket_t *t,
+                        throttle_outcome_t outcome, uint64_t retry_after_ms,
+                        int bad_outcome);
+int throttle__seg_requeue(throttle_t *h, throttle_ticket_t *t,
+                          throttle_outcome_t outcome, uint64_t retry_after_ms,
+                          int bad_outcome, uint64_t timeout_ms,
+                          throttle_ticket_t **ticket);
+int throttle__seg_set(throttle_t *h, const char *key, size_t len, int what,
+                      uint64_t a, uint64_t b);
+int throttle__seg_set_max_delay(throttle_t *h, uint64_t ms);
+int throttle__seg_stats(throttle_t *h, uint32_t *capacity, uint32_t *used,
+                        uint64_t *evictions, uint64_t *repairs);
+int throttle__seg_note_refusal(throttle_t *h, const char *key, size_t len,
+                               const struct throttle__refusal *n);
+/* shm/gate_enter.c: a ticket for key (len checked), or NULL (no memory). */
+throttle_ticket_t *throttle__ticket_new(throttle_t *h, const char *key,
+                                        size_t len, throttle_class_t cls);
+/* shm/gate_enter.c: a back-off a backend's admission reported, recorded in
+ * the segment too (on the key or the scope of length plen). */
+void throttle__segment_mirror_publish(throttle_t *h,
+                                      const throttle_ticket_t *t,
+                                      uint32_t plen, uint64_t ms);
 
 /* ---- the core's side (backend.c) -------------------------------------
- * Each wrapper validates like the public call, asks the backend, and turns
+ * Each wrapper validates like the public call, asks the module, and turns
  * its answer into the public one (message included); THROTTLE__BE_DOWN
- * means "serve this call from the segment", and the first one after a
- * working call leaves a notice for throttle_errmsg(). */
+ * means "serve this call from the segment" (the remote table then calls
+ * throttle__segment_ops), and the first one after a working call leaves a
+ * notice for throttle_errmsg(). */
 struct throttle__be;
 
-/* At the top of a public entry point: let the backend answer, unless it
- * is down (then the segment does). */
-#define THROTTLE__BE_TRY(h, call)                                              \
-  do {                                                                         \
-    if ((h) != NULL)                                                           \
-      THROTTLE__BE_TRY_NONNULL(h, call);                                       \
-  } while (0)
-/* The same step for an entry point that has already returned on a NULL h
- * (and used it since): testing h again there reads, to cppcheck, as a
- * NULL check after a dereference. */
-#define THROTTLE__BE_TRY_NONNULL(h, call)                                      \
-  do {                                                                         \
-    if ((h)->be != NULL) {                                                     \
-      int brc_ = (call);                                                       \
-      if (brc_ != THROTTLE__BE_DOWN)                                           \
-        return brc_;                                                           \
-    }                                                                          \
-  } while (0)
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg);
 /* segment_ops.c: the segment's own ms left for key (0 = open). */
 uint64_t throttle__segment_remaining(throttle_t *h, const char *key);

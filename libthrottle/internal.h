@@ -94,7 +94,7 @@ struct throttle__hdr {
 
 /* Participants of one key: holders and waiters.  Callers beyond
  * THROTTLE__SLOTS participants wait on the record's epoch with their
- * arrival ticket until a slot frees (see gate.c); caps are therefore at
+ * arrival ticket until a slot frees (see gate_enter.c); caps are therefore at
  * most THROTTLE__SLOTS. */
 #define THROTTLE__SLOTS 32u
 #define THROTTLE__DEFAULT_LEASE_MS UINT64_C(600000)
@@ -162,7 +162,7 @@ struct throttle__rec {
   uint64_t last_delay_ms;
   uint64_t clears;
 
-  /* Admission (gate.c).  Settings: */
+  /* Admission (gate_enter.c).  Settings: */
   uint32_t fixed_cap;     /* 0 = auto */
   uint32_t share_permille; /* backfill share, 0..1000; see REC_SHARE_SET */
   uint32_t rate_n;        /* 0 = no rate */
@@ -188,10 +188,10 @@ struct throttle__rec {
   uint32_t ovf_bf;        /* of those, of class backfill */
   uint32_t ovf_gen;       /* bumped when the reap drops a stale count: a
                              caller counted in another generation counts
-                             itself again at its next look (gate.c) */
+                             itself again at its next look (gate_enter.c) */
   /* Callers about to sleep on a slot word of this key: counted under the
    * mutex before they unlock, uncounted after the sleep.  A grant wakes
-   * the slot's futex only when it is non-zero (gate.c), so an uncontended
+   * the slot's futex only when it is non-zero (gate_enter.c), so an uncontended
    * admission makes no system call.  A crashed sleeper leaves it high,
    * costing wakes, never a lost one. */
   _Atomic uint32_t sleepers;
@@ -342,6 +342,36 @@ struct throttle_config {
 };
 
 struct throttle__ops; /* backend.h */
+
+/* The back-off a LOCKED answer publishes without a Retry-After. */
+#define THROTTLE__LOCK_DELAY_MS 5000u
+/* The outcomes that publish a back-off. */
+static inline bool throttle__outcome_publishes(throttle_outcome_t o) {
+  return o == THROTTLE_OUTCOME_LOCKED || o == THROTTLE_OUTCOME_RATE_LIMITED ||
+         o == THROTTLE_OUTCOME_UNAVAILABLE;
+}
+
+/* An admission (throttle_enter): made by throttle__ticket_new
+ * (shm/gate_enter.c), served by the handle's backend (backend.h). */
+struct throttle_ticket {
+  throttle_t *h;
+  throttle_class_t cls;
+  uint64_t hash; /* of the key, once hash_ok (ticket_hash) */
+  bool hash_ok;
+  uint64_t ticket;
+  uint32_t slot;
+  uint32_t rec; /* the key's record when admitted (a hint, checked again) */
+  int probe;
+  /* Granted by its own enter while every scope of the key was quiet
+   * (scope.c), under hdr->sgen == quiet_gen: then it holds no place in
+   * any scope, and while sgen is unchanged its leave has nothing to
+   * report to them. */
+  bool quiet;
+  uint32_t quiet_gen;
+  size_t len;
+  void *be; /* the backend's admission (backend.h), or NULL */
+  char key[THROTTLE__KEY_MAX + 1];
+};
 
 struct throttle {
   char name[256];
@@ -537,7 +567,7 @@ static inline uint64_t throttle__ms_left(const throttle_t *h, uint64_t nb,
 bool throttle__rec_idle(const throttle_t *h, const struct throttle__rec *r,
                         uint64_t now);
 
-/* backoff.c */
+/* segment_backoff.c */
 /* The latest not-before of key and its scopes, read without the mutex and
  * bounded by the segment's maximum delay (0: none readable). */
 uint64_t throttle__nb_nolock(const throttle_t *h, const char *key,

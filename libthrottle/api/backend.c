@@ -528,6 +528,109 @@ static int remote_foreach(throttle_t *h,
   return throttle__segment_ops.foreach(h, fn, arg);
 }
 
+static int remote_enter(throttle_t *h, const char *key, throttle_ticket_t *t,
+                        uint64_t timeout_ms, int nowait,
+                        throttle_ticket_t **out, uint64_t *wait_ms) {
+  int rc = throttle__be_enter(h, key, t->cls, &timeout_ms, nowait, &t->be,
+                              &t->probe, wait_ms);
+  if (rc == 0) {
+    *out = t;
+    return 0;
+  }
+  if (rc != THROTTLE__BE_DOWN) {
+    throttle__free(t);
+    return rc;
+  }
+  t->be = NULL; /* the segment admits this one */
+  return throttle__segment_ops.enter(h, key, t, timeout_ms, nowait, out,
+                                     wait_ms);
+}
+
+/* The report of a backend's admission: the backend frees it (also when it
+ * is down: then its liveness lapses), the segment records the back-off.
+ * An admission the segment made (the backend was down at its enter) is
+ * the segment's to report. */
+static int remote_leave(throttle_t *h, throttle_ticket_t *t,
+                        throttle_outcome_t outcome, uint64_t retry_after_ms,
+                        int bad_outcome) {
+  if (t->be == NULL)
+    return throttle__segment_ops.leave(h, t, outcome, retry_after_ms,
+                                       bad_outcome);
+  uint32_t plen = throttle__publish_len(h, t->key, t->len, outcome);
+  int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms, plen);
+  if (throttle__outcome_publishes(outcome))
+    throttle__segment_mirror_publish(
+        h, t, plen, retry_after_ms ? retry_after_ms : THROTTLE__LOCK_DELAY_MS);
+  throttle__free(t);
+  if (rc == THROTTLE__BE_DOWN)
+    rc = 0;
+  if (rc == 0 && bad_outcome)
+    rc = throttle__fail(h, THROTTLE_EINVAL,
+                        "unknown outcome; the slot was given back as "
+                        "abandoned");
+  return rc;
+}
+
+static int remote_requeue(throttle_t *h, throttle_ticket_t *t,
+                          throttle_outcome_t outcome, uint64_t retry_after_ms,
+                          int bad_outcome, uint64_t timeout_ms,
+                          throttle_ticket_t **ticket) {
+  if (t->be == NULL)
+    return throttle__segment_ops.requeue(h, t, outcome, retry_after_ms,
+                                         bad_outcome, timeout_ms, ticket);
+  /* On a backend the report frees the place; the caller queues again
+   * (at the back: the backend keeps no place across a report). */
+  char key[THROTTLE__KEY_MAX + 1];
+  throttle_class_t cls = t->cls;
+  memcpy(key, t->key, t->len);
+  key[t->len] = 0;
+  size_t len = t->len;
+  int rc = remote_leave(h, t, outcome, retry_after_ms, bad_outcome);
+  if (rc != 0)
+    return rc;
+  /* as throttle_enter() would: the key and the class passed its checks */
+  throttle_ticket_t *nt = throttle__ticket_new(h, key, len, cls);
+  if (nt == NULL)
+    return throttle__fail(h, THROTTLE_ENOMEM, "out of memory");
+  return remote_enter(h, key, nt, timeout_ms, 0, ticket, NULL);
+}
+
+static int remote_set(throttle_t *h, const char *key, size_t len, int what,
+                      uint64_t a, uint64_t b) {
+  int brc = throttle__be_set(h, key, what, a, b);
+  if (what == THROTTLE__BE_CANCEL && brc != THROTTLE__BE_DOWN) {
+    /* Across hosts, and this host's own waiters in the segment too (queued
+     * there while the backend was away): a cancel ends every current
+     * waiter wherever it waits. */
+    if (brc == 0 || brc == THROTTLE_ENOKEY) {
+      int rc = throttle__segment_ops.set(h, key, len, what, a, b);
+      if (brc == 0 || rc == 0) {
+        throttle__clear_msg(h);
+        return 0;
+      }
+    }
+    return brc;
+  }
+  if (brc != THROTTLE__BE_DOWN)
+    return brc;
+  return throttle__segment_ops.set(h, key, len, what, a, b);
+}
+
+/* The segment's maximum delay and the refusals are this host's alone. */
+static int remote_set_max_delay(throttle_t *h, uint64_t ms) {
+  return throttle__segment_ops.set_max_delay(h, ms);
+}
+
+static int remote_note_refusal(throttle_t *h, const char *key, size_t len,
+                               const struct throttle__refusal *n) {
+  return throttle__segment_ops.note_refusal(h, key, len, n);
+}
+
+static int remote_stats(throttle_t *h, uint32_t *capacity, uint32_t *used,
+                        uint64_t *evictions, uint64_t *repairs) {
+  return throttle__segment_ops.stats(h, capacity, used, evictions, repairs);
+}
+
 const struct throttle__ops throttle__remote_ops = {
     .name = "remote",
     .backoff = remote_backoff,
@@ -537,4 +640,11 @@ const struct throttle__ops throttle__remote_ops = {
     .reset = remote_reset,
     .info = remote_info,
     .foreach = remote_foreach,
+    .enter = remote_enter,
+    .leave = remote_leave,
+    .requeue = remote_requeue,
+    .set = remote_set,
+    .set_max_delay = remote_set_max_delay,
+    .note_refusal = remote_note_refusal,
+    .stats = remote_stats,
 };

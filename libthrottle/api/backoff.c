@@ -118,17 +118,5 @@ THROTTLE_EXTERN int throttle_stats(throttle_t *h, uint32_t *capacity,
                                    uint64_t *repairs) {
   if (h == NULL)
     return THROTTLE_EINVAL;
-  int rc = throttle__lock(h);
-  if (rc != 0)
-    return rc;
-  if (capacity)
-    *capacity = h->capacity;
-  if (used) /* shared memory is input: never more than the capacity */
-    *used = h->hdr->used <= h->capacity ? h->hdr->used : h->capacity;
-  if (evictions)
-    *evictions = h->hdr->evictions;
-  if (repairs)
-    *repairs = h->hdr->repairs;
-  throttle__unlock(h);
-  return 0;
+  return h->ops->stats(h, capacity, used, evictions, repairs);
 }

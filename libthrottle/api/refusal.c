@@ -63,16 +63,7 @@ THROTTLE_EXTERN int throttle_note_refusal(throttle_t *h, const char *key,
     host[0] = 0;
   host[sizeof host - 1] = 0;
   note_text(n.host, sizeof n.host, host);
-
-  uint64_t now;
-  struct throttle__rec *r;
-  if ((rc = throttle__lock_record(h, key, len, &now, &r)) != 0)
-    return rc;
-  memcpy(&r->refusal, &n, sizeof n);
-  r->last_use_ns = now;
-  throttle__unlock(h);
-  throttle__clear_msg(h);
-  return 0;
+  return h->ops->note_refusal(h, key, len, &n);
 }
 
 THROTTLE_EXTERN int throttle_info_refusal(const throttle_info_t *info,

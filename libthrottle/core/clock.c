@@ -16,7 +16,7 @@
  *
  * Leases are the exception: they bound how long a running holder may keep
  * its slot, and a holder frozen with the whole host during a suspend has
- * not run, so they are measured on CLOCK_MONOTONIC (gate.c, reap_locked).
+ * not run, so they are measured on CLOCK_MONOTONIC (gate_enter.c, reap_locked).
  * On BOOTTIME a suspend longer than the lease would reclaim every holder
  * at once on resume while they go on sending, exceeding the cap.
  *
@@ -124,7 +124,7 @@ uint64_t throttle__mono_ns(void) {
  * lease never lapses early.  A suspend since the measurement makes it late
  * by that suspend, and a suspend longer than OFFSET_TTL_NS forces a new
  * measurement: a lease starts at most that late, and the reap clamps any
- * start in the future (gate.c).  Per thread: no shared word to race on. */
+ * start in the future (gate_enter.c).  Per thread: no shared word to race on. */
 #define OFFSET_TTL_NS (1000 * THROTTLE__NS_PER_MS)
 static THROTTLE__TLS uint64_t off_at, off_ns; /* off_at 0: none yet */
 

@@ -11,14 +11,14 @@
  * that needs several reads and writes runs atomically on the server:
  *   - not-before only moves later: max(current, now + min(delay, the
  *     caller's host segment's max delay)); a reader clamps a stored value
- *     to its own max delay without rewriting it (gate.c publish / table.c
+ *     to its own max delay without rewriting it (gate_enter.c publish / table.c
  *     clamp).
  *   - one probe per lock episode: a back-off opens an episode; while its
  *     probe holds a slot nobody else is admitted; an OK from the probe ends
- *     it; a reclaimed probe lets the next waiter probe (gate.c grant).
+ *     it; a reclaimed probe lets the next waiter probe (gate_enter.c grant).
  *   - FIFO cap, live before backfill, backfill share of the cap (at least
  *     one slot when the share is > 0), GCRA rate with burst n, pause
- *     (gate.c grant_locked, rate_allows, backfill_cap).
+ *     (gate_enter.c grant_locked, rate_allows, backfill_cap).
  *   - the learned cap (gate_learn.c, docs/LEARNED-CAP.md): a LOCKED
  *     with k >= 1 others in flight sets the cap to min(k, bound), keeps
  *     its Retry-After R and counts a failed raise; a LOCKED with k = 0

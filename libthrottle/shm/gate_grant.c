@@ -2,7 +2,7 @@
 /*
  * gate_grant.c — the grant, under the mutex: it turns the oldest eligible
  * waiters of a key into holders, as its cap, rate, pause, probe and scopes
- * allow (gate.c has the why of the whole gate: slots, tickets, waking, the
+ * allow (gate_enter.c has the why of the whole gate: slots, tickets, waking, the
  * learned cap; gate_rec.c the helpers on a record it uses).
  *
  * The grant reads a key's 32 slots once into masks (struct

@@ -3,7 +3,7 @@
  * gate_info.c — what the gate shows of a key: the admission fields of a
  * snapshot (in flight, cap, waiters, probe, settings, counters) and its
  * holders, read under the mutex by throttle_info() and throttle_foreach()
- * (backoff.c) and handed out with no lock held.
+ * (segment_backoff.c) and handed out with no lock held.
  */
 #include "internal.h"
 
@@ -24,7 +24,7 @@ void throttle__gate_snapshot(const struct throttle__rec *r, uint64_t now,
   f[THROTTLE_FIELD_CAP] = throttle__cap_of(r);
   f[THROTTLE_FIELD_CAP_AUTO] = r->fixed_cap == 0;
   /* Every waiter: those in slots, and those beyond them (counted by
-   * class, gate.c; listed below only in slots, where their pid is). */
+   * class, gate_enter.c; listed below only in slots, where their pid is). */
   uint32_t ovf = throttle__ovf_stale(r, now) ? 0 : r->ovf_waiters;
   uint32_t ovf_bf = r->ovf_bf <= ovf ? r->ovf_bf : ovf;
   f[THROTTLE_FIELD_WAITING_LIVE] =

@@ -199,7 +199,7 @@ bool throttle__reap_idle_locked(const throttle_t *h, struct throttle__rec *r,
   return throttle__rec_idle(h, r, now);
 }
 
-/* The count of callers beyond the slots (gate.c) is judged by evidence
+/* The count of callers beyond the slots (gate_enter.c) is judged by evidence
  * (throttle__ovf_stale): dropped, and its generation renewed so that a
  * live caller counted before counts itself again.  ovf_free_ns is kept
  * here and by throttle__free_slot(). */
@@ -237,7 +237,7 @@ bool throttle__reap(struct throttle__rec *r, uint64_t now, bool force) {
     if (s->state == THROTTLE__SLOT_FREE)
       continue;
     bound_slot_times(s, now, mono);
-    /* A waiter's lease runs from its last look at the gate (gate.c
+    /* A waiter's lease runs from its last look at the gate (gate_enter.c
      * stamps it each time it must wait on; 0: not yet), so a waiter that
      * cannot be judged and stopped looking is dropped as a holder's slot
      * is.  A live one looks again every THROTTLE__POLL_NS, hence the floor

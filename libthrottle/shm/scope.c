@@ -112,7 +112,7 @@ static bool holds_place(const struct throttle__rec *s, uint64_t ticket) {
 
 /* Does the scope's probe still hold the keys beneath?  Its holding slot is
  * in the scope's own record; the dead-holder reclaim and the lease of
- * gate.c free it.  A cold scope's first request (no answer yet, see the
+ * gate_enter.c free it.  A cold scope's first request (no answer yet, see the
  * header) holds them at most THROTTLE__COLD_HOLD_NS after its grant;
  * *next is then when that hold ends. */
 static bool probe_out(struct throttle__rec *s, uint64_t now, uint64_t *next) {

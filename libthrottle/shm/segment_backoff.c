@@ -103,7 +103,7 @@ int throttle__honour_nb_unlocked(throttle_t *h, const char *key, size_t len,
 
 /* The segment's own publish (the public call has checked the key and
  * refused a read-only handle). */
-static int seg_backoff(throttle_t *h, const char *key, size_t len,
+int throttle__seg_backoff(throttle_t *h, const char *key, size_t len,
                        uint64_t delay_ms) {
   uint64_t delay = throttle__sat_mul_ms(delay_ms); /* bounded when published */
   uint64_t now;
@@ -151,7 +151,7 @@ static bool guessed_nb(const throttle_t *h, const char *key, size_t len,
  * here (after the guesses, which know only keys that passed it).  With a
  * backend in front (h->be), the segment is its fall-back and is read under
  * the mutex, never from the guesses. */
-static int seg_remaining(throttle_t *h, const char *key, size_t len,
+int throttle__seg_remaining(throttle_t *h, const char *key, size_t len,
                          uint64_t *ms) {
   int rc;
   uint64_t most;
@@ -192,7 +192,7 @@ static void count_wait(throttle_t *h, const char *key, size_t len,
 }
 
 /* Held by the gate although the time has come: the key is paused, or the
- * probe of a lock episode is out (enter/leave users; see gate.c).  Sleep
+ * probe of a lock episode is out (enter/leave users; see gate_enter.c).  Sleep
  * for its answer like an admission would, re-checking for a dead probe.
  * A scope's probe holds its keys as the admission's scope gate says
  * (scope.c: a cold scope's first request at most THROTTLE__COLD_HOLD_NS,
@@ -262,8 +262,8 @@ static bool scopes_guessed_absent(const throttle_t *h, const char *key,
   return true;
 }
 
-/* As seg_remaining: the key's length known, its syntax checked here. */
-static int seg_wait(throttle_t *h, const char *key, size_t len,
+/* As throttle__seg_remaining: the key's length known, its syntax checked here. */
+int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
                     uint64_t timeout_ms) {
   int rc;
   /* The key and each of its scopes (scope.c), root first.  The hot path:
@@ -393,7 +393,7 @@ static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
   return bound && !asleep ? 1 : 0;
 }
 
-static int seg_clear(throttle_t *h, const char *key, size_t len) {
+int throttle__seg_clear(throttle_t *h, const char *key, size_t len) {
   int rc = throttle__segment_clear(h, key, len);
   if (rc == THROTTLE_ENOKEY)
     return throttle__fail(h, THROTTLE_ENOKEY, "%s: no such key", key);
@@ -403,7 +403,7 @@ static int seg_clear(throttle_t *h, const char *key, size_t len) {
   return 0;
 }
 
-static int seg_reset(throttle_t *h) {
+int throttle__seg_reset(throttle_t *h) {
   int rc = throttle__lock(h);
   if (rc != 0)
     return rc;
@@ -451,7 +451,7 @@ static void snapshot(const throttle_t *h, const struct throttle__rec *r,
   throttle__refusal_copy(&out->refusal, &r->refusal);
 }
 
-static int seg_info(throttle_t *h, const char *key, size_t len,
+int throttle__seg_info(throttle_t *h, const char *key, size_t len,
                     throttle_info_t **out) {
   int rc;
   throttle_info_t *info = throttle__malloc(sizeof *info);
@@ -479,7 +479,7 @@ static int by_key(const void *a, const void *b) {
                 ((const throttle_info_t *)b)->key);
 }
 
-static int seg_foreach(throttle_t *h,
+int throttle__seg_foreach(throttle_t *h,
                        int (*fn)(const throttle_info_t *, void *), void *arg) {
   /* Allocate before locking (never malloc with the mutex held), sized by
    * the keys in use plus room to grow; if more arrived meanwhile, retry
@@ -529,13 +529,21 @@ static int seg_foreach(throttle_t *h,
   return rc;
 }
 
-const struct throttle__ops throttle__segment_ops = {
-    .name = "shm",
-    .backoff = seg_backoff,
-    .remaining = seg_remaining,
-    .wait = seg_wait,
-    .clear = seg_clear,
-    .reset = seg_reset,
-    .info = seg_info,
-    .foreach = seg_foreach,
-};
+/* The segment's table: its capacity, the keys in use, what it evicted and
+ * repaired (throttle_stats: the host's segment whatever the backend). */
+int throttle__seg_stats(throttle_t *h, uint32_t *capacity, uint32_t *used,
+                        uint64_t *evictions, uint64_t *repairs) {
+  int rc = throttle__lock(h);
+  if (rc != 0)
+    return rc;
+  if (capacity)
+    *capacity = h->capacity;
+  if (used) /* shared memory is input: never more than the capacity */
+    *used = h->hdr->used <= h->capacity ? h->hdr->used : h->capacity;
+  if (evictions)
+    *evictions = h->hdr->evictions;
+  if (repairs)
+    *repairs = h->hdr->repairs;
+  throttle__unlock(h);
+  return 0;
+}

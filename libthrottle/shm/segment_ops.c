@@ -6,8 +6,9 @@
  * when it was published, its back-off dropped, its callers counted, a
  * key's record found or made under the mutex, the settings a backend told
  * mirrored into the segment, a record's refusal copied into a snapshot.
- * Below backend.c and the public entry points (backoff.c, settings.c,
- * refusal.c); above the table, the gate's records and the scopes.
+ * Below backend.c and the segment's operations (segment_backoff.c,
+ * gate_enter.c, segment_settings.c); above the table, the gate's records
+ * and the scopes.
  */
 #include "backend.h"
 
