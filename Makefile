@@ -64,7 +64,8 @@ CORE_SRC := $(addprefix libthrottle/core/,error.c clock.c fault.c text.c) \
             $(addprefix libthrottle/api/,handle.c backoff.c gate.c \
               settings.c refusal.c backend.c)
 CORE_HDR := include/throttle.h libthrottle/internal.h libthrottle/core/rng.h \
-            libthrottle/backend.h libthrottle/core/env.h
+            libthrottle/backend.h libthrottle/core/env.h \
+            libthrottle/shm/segment_fast.h
 
 # The http layer (libcurl + jansson) is a library of its own, so programs
 # that only need the core do not pull in libcurl.

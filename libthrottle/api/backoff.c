@@ -6,10 +6,12 @@
  * Each checks its arguments, refuses a write on a read-only handle, and
  * hands the call to the handle's backend (h->ops, chosen at open: the
  * host's segment, shm/segment_backoff.c, or a backend across hosts in
- * front of it, backend.c).  The lock-free open-key check is the segment's
- * remaining and wait.
+ * front of it, backend.c).  The one exception is the hot path: when the
+ * segment serves alone, remaining and wait first try the segment's
+ * lock-free open-key check, inlined (shm/segment_fast.h).
  */
 #include "backend.h"
+#include "shm/segment_fast.h"
 
 THROTTLE_EXTERN int throttle_backoff(throttle_t *h, const char *key,
                                      uint64_t delay_ms) {
@@ -32,6 +34,9 @@ THROTTLE_EXTERN int throttle_remaining(throttle_t *h, const char *key,
   int rc = throttle__key_len(h, key, &len);
   if (rc != 0)
     return rc;
+  /* the hot path, inlined: the segment alone, a key this thread knows */
+  if (h->be == NULL && throttle__seg_remaining_guessed(h, key, len, ms))
+    return 0;
   return h->ops->remaining(h, key, len, ms);
 }
 
@@ -43,6 +48,8 @@ THROTTLE_EXTERN int throttle_wait(throttle_t *h, const char *key,
   int rc = throttle__key_len(h, key, &len);
   if (rc != 0)
     return rc;
+  if (h->be == NULL && throttle__seg_wait_guessed(h, key, len))
+    return 0; /* the hot path, inlined (as above) */
   return h->ops->wait(h, key, len, timeout_ms);
 }
 

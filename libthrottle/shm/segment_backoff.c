@@ -118,47 +118,14 @@ int throttle__seg_backoff(throttle_t *h, const char *key, size_t len,
   return 0;
 }
 
-/* The latest not-before of key and its scopes from what this thread's
- * guesses know of each (true), with no lock and no full lookup; false
- * when a level is not among them (then the caller checks the key's syntax
- * and looks it up).  Known levels were checked when first seen. */
-static bool guessed_nb(const throttle_t *h, const char *key, size_t len,
-                       uint64_t *most) {
-  *most = 0;
-  for (size_t p = 0, q = 0; q < len; p = q + 1) {
-    size_t s = throttle__scope_next(key, len, p);
-    q = s ? s : len;
-    uint32_t idx, seq;
-    int f = throttle__find_nolock(h, key, q, &idx, &seq, true);
-    if (f == THROTTLE__NOT_GUESSED)
-      return false;
-    if (f == 0)
-      continue;
-    uint64_t v =
-        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
-    if (!throttle__seq_still(h, seq))
-      return false;
-    if (v != 0 &&
-        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
-      return false; /* throttle__read_nb pulls it in under the mutex */
-    if (v > *most)
-      *most = v;
-  }
-  return true;
-}
-
 /* The key's length is known and within bounds; its syntax is checked
- * here (after the guesses, which know only keys that passed it).  With a
- * backend in front (h->be), the segment is its fall-back and is read under
- * the mutex, never from the guesses. */
+ * here (the public call has tried this thread's guesses first when the
+ * segment serves alone, segment_fast.h; a backend in front of it reads
+ * the segment under the mutex). */
 int throttle__seg_remaining(throttle_t *h, const char *key, size_t len,
-                         uint64_t *ms) {
+                            uint64_t *ms) {
   int rc;
   uint64_t most;
-  if (h->be == NULL && guessed_nb(h, key, len, &most)) {
-    *ms = most == 0 ? 0 : throttle__ms_left(h, most, throttle__now_ns());
-    return 0;
-  }
   if ((rc = throttle__key_syntax(h, key, len)) != 0)
     return rc;
   /* the latest of the key's and its scopes' */
@@ -230,57 +197,15 @@ static int wait_gate(throttle_t *h, const char *key, size_t len, bool scope,
 static int wait_slow(throttle_t *h, const char *key, size_t len, bool scope,
                      uint64_t timeout_ms) __attribute__((noinline));
 
-/* The open-key check without the mutex: 1 when key is absent or open and
- * not held by the gate (*idx its record, UINT32_MAX when absent), 0 when
- * it needs a closer look.  Inlined: it is the whole hot path. */
-static inline __attribute__((always_inline)) int
-peek_open(const throttle_t *h, const char *key, size_t len, uint32_t *idx) {
-  uint32_t i, seq;
-  *idx = UINT32_MAX;
-  /* this thread's guesses alone: they know only keys checked before */
-  int f = throttle__find_nolock(h, key, len, &i, &seq, true);
-  if (f <= 0)
-    return f == 0;
-  const struct throttle__rec *r = &h->recs[i];
-  uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
-  int held = throttle__gate_held(r);
-  if (!throttle__seq_still(h, seq))
-    return 0;
-  *idx = i;
-  return v == 0 && !held;
-}
-
-/* Every scope of key absent, as this thread's guesses know (an absent key
- * beneath them is then open). */
-static bool scopes_guessed_absent(const throttle_t *h, const char *key,
-                                  size_t len) {
-  for (size_t p = 0; (p = throttle__scope_next(key, len, p)) != 0; p++) {
-    uint32_t idx, seq;
-    if (throttle__find_nolock(h, key, p, &idx, &seq, true) != 0)
-      return false;
-  }
-  return true;
-}
-
-/* As throttle__seg_remaining: the key's length known, its syntax checked here. */
+/* As throttle__seg_remaining: the key's length known, its syntax checked
+ * here, the guesses tried by the public call (segment_fast.h). */
 int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
-                    uint64_t timeout_ms) {
+                       uint64_t timeout_ms) {
   int rc;
-  /* The key and each of its scopes (scope.c), root first.  The hot path:
-   * every level open and not held by the gate, as this thread's guesses
-   * know it; no clock, no lock, no full lookup.  A level waited for may
-   * let another close meanwhile: look at all again. */
+  /* The key and each of its scopes (scope.c), root first.  A level
+   * waited for may let another close meanwhile: look at all again. */
   /* read before the look whose result it may vouch for */
   uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_acquire);
-  uint32_t idx;
-  if (h->be == NULL && peek_open(h, key, len, &idx) &&
-      (throttle__scope_next(key, len, 0) == 0 ||
-       (idx != UINT32_MAX
-            ? throttle__guess_scopes_open(h, key, len, idx, gen)
-            : scopes_guessed_absent(h, key, len)))) {
-    throttle__clear_msg(h); /* the hot path: one lookup */
-    return 0;
-  }
   if ((rc = throttle__key_syntax(h, key, len)) != 0)
     return rc;
   uint64_t nb, start = 0;
