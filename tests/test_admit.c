@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_admit.c — what the uncontended admission remembers between calls
- * (gate.c): where this thread last found a key, that a key's scopes are
+ * (gate_enter.c): where this thread last found a key, that a key's scopes are
  * quiet (scope.c; test_scope.c changes them behind it too), the lease's
  * CLOCK_MONOTONIC start derived from the throttle clock, and the coarse
  * clock a leave stamps a key's last use with (clock.c).  Each memory is
