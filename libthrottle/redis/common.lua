@@ -1,4 +1,4 @@
--- common.lua: prepended to every script (see libthrottle/redis.h for the
+-- common.lua: prepended to every script (see libthrottle/redis/redis.h for the
 -- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
 -- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 beneath hash,
@@ -185,7 +185,7 @@ local function reserve(rsv, rname, live, host)
   end
 end
 
--- ---- scopes (libthrottle/scope.c) -----------------------------------------
+-- ---- scopes (libthrottle/shm/scope.c) -------------------------------------
 -- A key's scopes are its prefixes at '/' (not a leading one), root first;
 -- each is an ordinary key's state hash (its not-before, pause, cancel
 -- generation, episode and probe, cap and rate), read here so that its
