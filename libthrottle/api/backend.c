@@ -483,6 +483,16 @@ static int remote_wait(throttle_t *h, const char *key, size_t len,
   return throttle__segment_ops.wait(h, key, len, timeout_ms);
 }
 
+/* A change made across hosts (brc: the backend's 0 or THROTTLE_ENOKEY)
+ * and on this host's segment too (rc): done when either knew the key. */
+static int either(throttle_t *h, int brc, int rc) {
+  if (brc == 0 || rc == 0) {
+    throttle__clear_msg(h);
+    return 0;
+  }
+  return brc;
+}
+
 static int remote_clear(throttle_t *h, const char *key, size_t len) {
   /* Cleared across hosts, and this host's own copy too: it is kept to
    * heal a backend that lost its state, so left alone it would publish
@@ -490,14 +500,8 @@ static int remote_clear(throttle_t *h, const char *key, size_t len) {
    * this host's segment knows (told while the backend was away) is
    * cleared there. */
   int brc = throttle__be_clear(h, key);
-  if (brc == 0 || brc == THROTTLE_ENOKEY) {
-    int rc = throttle__segment_clear(h, key, len);
-    if (brc == 0 || rc == 0) {
-      throttle__clear_msg(h);
-      return 0;
-    }
-    return brc;
-  }
+  if (brc == 0 || brc == THROTTLE_ENOKEY)
+    return either(h, brc, throttle__segment_clear(h, key, len));
   if (brc != THROTTLE__BE_DOWN)
     return brc;
   return throttle__segment_ops.clear(h, key, len);
@@ -602,13 +606,9 @@ static int remote_set(throttle_t *h, const char *key, size_t len, int what,
     /* Across hosts, and this host's own waiters in the segment too (queued
      * there while the backend was away): a cancel ends every current
      * waiter wherever it waits. */
-    if (brc == 0 || brc == THROTTLE_ENOKEY) {
-      int rc = throttle__segment_ops.set(h, key, len, what, a, b);
-      if (brc == 0 || rc == 0) {
-        throttle__clear_msg(h);
-        return 0;
-      }
-    }
+    if (brc == 0 || brc == THROTTLE_ENOKEY)
+      return either(h, brc,
+                    throttle__segment_ops.set(h, key, len, what, a, b));
     return brc;
   }
   if (brc != THROTTLE__BE_DOWN)
