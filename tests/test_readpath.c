@@ -210,6 +210,51 @@ static void test_readpath_open_scopes_guess_is_the_segments(void **state) {
   assert_true(remaining(h, key) > LONG_MS / 2);
 }
 
+/* remaining() reads a key alone once this thread saw its scopes open
+ * (the mark a wait notes too): a scope backed off by another process
+ * afterwards is still seen, by both calls. */
+static void test_readpath_remaining_sees_a_scope_closed_after(void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  const char *key = "ws/orders";
+  assert_int_equal(throttle_backoff(h, key, 1), 0);
+  assert_int_equal(throttle_clear(h, key), 0);
+  assert_int_equal(throttle_backoff(h, "ws", 1), 0);
+  assert_int_equal(throttle_clear(h, "ws"), 0);
+  assert_int_equal(remaining(h, key), 0); /* scopes seen open: noted */
+  assert_int_equal(remaining(h, key), 0); /* read alone */
+  publish_elsewhere(fx, "ws");
+  assert_true(remaining(h, key) > LONG_MS / 2);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+}
+
+static int child_pauses(void *p) {
+  const struct th_fx *fx = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(fx->cfg, &h) == 0);
+  TH_CHILD_CHECK(throttle_pause(h, "ws") == 0);
+  throttle_close(h);
+  return 0;
+}
+
+/* A scope paused has no not-before: remaining() answers 0 for a key
+ * beneath, and must not let that answer vouch for the scope to a wait
+ * (which the pause holds) in the same thread. */
+static void test_readpath_remaining_does_not_vouch_for_a_held_scope(
+    void **state) {
+  struct th_fx *fx = fx_of(state);
+  throttle_t *h = th_open(fx);
+  const char *key = "ws/orders";
+  assert_int_equal(throttle_backoff(h, key, 1), 0);
+  assert_int_equal(throttle_clear(h, key), 0);
+  th_reap_ok(fx, th_spawn(fx, child_pauses, fx), HANG_GUARD_MS);
+  assert_int_equal(remaining(h, key), 0);
+  assert_int_equal(remaining(h, key), 0);
+  assert_int_equal(throttle_wait(h, key, 0), THROTTLE_ETIMEDOUT);
+  assert_int_equal(throttle_resume(h, "ws"), 0);
+  assert_int_equal(throttle_wait(h, key, 0), 0);
+}
+
 /* Two segments alive at once, used in turn from one thread, their
  * sequences at the same values (two segments made alike count alike):
  * what the thread remembers of one (a key absent, a key's scopes open)
@@ -362,6 +407,8 @@ int main(void) {
       T(test_readpath_absent_guess_is_the_segments),
       T(test_readpath_open_scopes_guess_is_the_segments),
       T(test_readpath_two_segments_in_turn),
+      T(test_readpath_remaining_sees_a_scope_closed_after),
+      T(test_readpath_remaining_does_not_vouch_for_a_held_scope),
       T(test_readpath_fail_open_honours_scopes),
       T(test_readpath_fail_open_mid_insert_honours_back_offs),
       T(test_readpath_stopped_mutex_readers_honour_scopes),

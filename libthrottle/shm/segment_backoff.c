@@ -210,6 +210,7 @@ int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
     return rc;
   uint64_t nb, start = 0;
   struct throttle__rec *r = NULL;
+  bool bounded = false;
   for (bool waited = true; waited;) {
     waited = false;
     size_t p = 0, l;
@@ -224,8 +225,10 @@ int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
       uint64_t now = throttle__now_ns();
       if (nb <= now && !throttle__gate_held(r))
         continue; /* passed: nothing waited for, nothing to look at again */
-      if (start != 0 && now - start >= h->max_delay_ns)
+      if (start != 0 && now - start >= h->max_delay_ns) {
+        bounded = true; /* open for this call, not for the mark below */
         continue; /* this process's own maximum, from the start of the call */
+      }
       if (start == 0)
         start = now;
       uint64_t spent = (now - start) / THROTTLE__NS_PER_MS;
@@ -237,7 +240,7 @@ int throttle__seg_wait(throttle_t *h, const char *key, size_t len,
       if (rc == 0)
         waited = true;
     } while (l < len);
-    if (!waited && r != NULL) /* r: the key's own record, looked at last */
+    if (!waited && !bounded && r != NULL) /* r: the key's own, looked at last */
       throttle__guess_note_scopes(h, key, len, (uint32_t)(r - h->recs), gen);
   }
   throttle__clear_msg(h);

@@ -19,10 +19,16 @@
 /* The latest not-before of key and its scopes from what this thread's
  * guesses know of each (true), with no lock and no full lookup; false
  * when a level is not among them (then the caller checks the key's syntax
- * and looks it up).  Known levels were checked when first seen. */
+ * and looks it up).  Known levels were checked when first seen.  When
+ * every scope is open (passed or none) and not held by the gate, and the
+ * key has a record, that is noted as the scopes-open mark under gen (as
+ * a wait that found them so notes it): the next call reads the key
+ * alone. */
 static inline bool guessed_nb(const throttle_t *h, const char *key, size_t len,
-                       uint64_t *most) {
+                              uint32_t gen, uint64_t *most) {
   *most = 0;
+  bool open = true; /* every scope passed and not held, so far */
+  uint64_t now = 0;
   for (size_t p = 0, q = 0; q < len; p = q + 1) {
     size_t s = throttle__scope_next(key, len, p);
     q = s ? s : len;
@@ -30,17 +36,27 @@ static inline bool guessed_nb(const throttle_t *h, const char *key, size_t len,
     int f = throttle__find_nolock(h, key, q, &idx, &seq, true);
     if (f == THROTTLE__NOT_GUESSED)
       return false;
-    if (f == 0)
+    if (f == 0) {
+      if (q == len)
+        open = false; /* no record of the key to note the mark on */
       continue;
-    uint64_t v =
-        atomic_load_explicit(&h->recs[idx].not_before, memory_order_acquire);
+    }
+    const struct throttle__rec *r = &h->recs[idx];
+    uint64_t v = atomic_load_explicit(&r->not_before, memory_order_acquire);
+    int held = q < len ? throttle__gate_held(r) : 0;
     if (!throttle__seq_still(h, seq))
       return false;
+    if (v != 0 && now == 0)
+      now = throttle__now_ns();
     if (v != 0 &&
-        v > throttle__sat_add(throttle__now_ns(), throttle__seg_max_ns(h)))
+        v > throttle__sat_add(now, throttle__seg_max_ns(h)))
       return false; /* throttle__read_nb pulls it in under the mutex */
+    if (q < len && (held || v > now))
+      open = false;
     if (v > *most)
       *most = v;
+    if (q == len && open && s == 0 && p > 0)
+      throttle__guess_note_scopes(h, key, len, idx, gen);
   }
   return true;
 }
@@ -78,12 +94,35 @@ static inline bool scopes_guessed_absent(const throttle_t *h, const char *key,
 }
 
 /* throttle_remaining() from the guesses alone: true and *ms set, or false
- * (then the table's remaining answers). */
+ * (then the table's remaining answers).  A key whose scopes this thread
+ * saw open under the current sgen is read alone (one lookup, as wait's
+ * open-key check). */
 static inline __attribute__((always_inline)) bool
 throttle__seg_remaining_guessed(const throttle_t *h, const char *key,
                                 size_t len, uint64_t *ms) {
+  /* read before the look whose result it may vouch for */
+  uint32_t gen = atomic_load_explicit(&h->hdr->sgen, memory_order_acquire);
   uint64_t most;
-  if (!guessed_nb(h, key, len, &most))
+  if (throttle__scope_next(key, len, 0) != 0) {
+    uint32_t idx, seq;
+    if (throttle__find_nolock(h, key, len, &idx, &seq, true) == 1) {
+      most = atomic_load_explicit(&h->recs[idx].not_before,
+                                  memory_order_acquire);
+      if (throttle__seq_still(h, seq) &&
+          throttle__guess_scopes_open(h, key, len, idx, gen)) {
+        if (most == 0) {
+          *ms = 0;
+          return true;
+        }
+        uint64_t now = throttle__now_ns();
+        if (most <= throttle__sat_add(now, throttle__seg_max_ns(h))) {
+          *ms = throttle__ms_left(h, most, now);
+          return true;
+        }
+      }
+    }
+  }
+  if (!guessed_nb(h, key, len, gen, &most))
     return false;
   *ms = most == 0 ? 0 : throttle__ms_left(h, most, throttle__now_ns());
   return true;
