@@ -256,8 +256,15 @@ void throttle__segment_forget(throttle_t *h, const char *key);
  * segment where it differs (waking the key's waiters then). */
 void throttle__segment_mirror(throttle_t *h, const char *key,
                               const struct throttle__be_settings *s);
-/* segment_ops.c: the callers of key the segment still holds or queues. */
+/* segment_ops.c: the callers of key the segment still holds or queues
+ * (its own admissions, not the backend's kept there). */
 uint32_t throttle__segment_count(throttle_t *h, const char *key);
+/* segment_ops.c: the backend's admission t kept in the segment as held by
+ * this process (t's ticket and slot name it there), and freed at its
+ * leave, so an outage while it is held still counts it. */
+void throttle__segment_hold_backend(throttle_t *h, throttle_ticket_t *t);
+void throttle__segment_release_backend(throttle_t *h,
+                                       const throttle_ticket_t *t);
 void throttle__be_close(throttle_t *h);
 int throttle__be_backoff(throttle_t *h, const char *key, uint64_t delay_ms);
 int throttle__be_remaining(throttle_t *h, const char *key, uint64_t *ms);

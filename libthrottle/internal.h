@@ -105,11 +105,16 @@ enum {
   THROTTLE__SLOT_CANCELED = 3,
 };
 
+/* slot->probe of a holder: granted by the segment in turn (0), as the
+ * probe of a lock episode (1), or admitted by a backend across hosts and
+ * kept here as held by its process (2: api/backend.c, segment_ops.c). */
+#define THROTTLE__SLOT_BY_BACKEND 2
+
 struct throttle__slot {
   _Atomic uint32_t word; /* futex: bumped when the slot is granted/canceled */
   uint8_t state;         /* THROTTLE__SLOT_* */
   uint8_t cls;           /* throttle_class_t */
-  uint8_t probe;         /* granted as the probe of a lock episode */
+  uint8_t probe;         /* how it was granted (above) */
   uint8_t concurrent;    /* holders (with it) when it was granted */
   uint32_t pid;
   uint32_t lease_ms; /* how long a grant may be held before reclaim */
@@ -634,6 +639,8 @@ static inline void throttle__slot_bump(struct throttle__slot *s) {
 }
 
 void throttle__free_slot(struct throttle__rec *r, struct throttle__slot *s);
+/* The segment's next ticket (FIFO order and identity of a slot). */
+uint64_t throttle__next_ticket_locked(throttle_t *h, struct throttle__rec *r);
 
 /* Slots granted under the mutex, woken after it.  Only slot[0..n) is
  * ever read. */
@@ -777,6 +784,10 @@ bool throttle__scope_probe_of_locked(throttle_t *h,
 /* held was just granted on r: it takes a place in every pool over r (a
  * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
  * the probe of every scope of r in an episode with no probe out. */
+/* held on r takes a place in every capped pool over r, and nothing else
+ * (a backend's admission kept in the segment). */
+void throttle__scope_place_locked(throttle_t *h, const struct throttle__rec *r,
+                                  const struct throttle__slot *held);
 void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
                                  const struct throttle__slot *held,
                                  bool probe);

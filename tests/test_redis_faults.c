@@ -716,6 +716,93 @@ static void test_redis_faults_forked_child_keeps_its_holding_alive(
   close(fds[1]);
 }
 
+struct hold_arg {
+  struct th_fx *fx;
+  const char *key;
+  int fd;
+};
+
+/* Admitted (through Redis while it is up), held until killed. */
+static int hold_until_killed(void *p) {
+  struct hold_arg *ha = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(ha->fx->cfg, &h) == 0);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, ha->key, THROTTLE_CLASS_LIVE, 10000, &t) ==
+                 0);
+  th_send_u64(ha->fd, 1);
+  for (;;)
+    pause();
+}
+
+/* A caller Redis admitted is kept in its host's segment as held: when
+ * Redis goes away while it holds a cap-1 key, the host's segment admits
+ * nobody beside it, and admits the next once it is gone (killed: its slot
+ * reclaimed as any dead holder's). */
+static void held_through_an_outage(struct th_fx *fx, const char *capped,
+                                   const char *held, const char *next) {
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, capped, 1), 0);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  struct hold_arg ha = {fx, held, fds[1]};
+  pid_t kid = th_spawn(fx, hold_until_killed, &ha);
+  uint64_t v;
+  assert_int_equal(th_recv_u64(fds[0], &v), 0);
+  th_redis_stop(&R, 1);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, next, THROTTLE_CLASS_LIVE, 300, &t),
+                   THROTTLE_ETIMEDOUT);
+  assert_null(t);
+  assert_int_equal(th_field(a, held, THROTTLE_FIELD_IN_FLIGHT), 1);
+  kill(kid, SIGKILL);
+  th_reap_killed(fx, kid, HANG_GUARD_MS);
+  assert_int_equal(throttle_enter(a, next, THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+static void test_redis_faults_own_admission_held_through_an_outage(
+    void **state) {
+  held_through_an_outage(*state, "k", "k", "k");
+}
+
+/* The same beneath a pool of 1: the kept admission holds its place in
+ * the pool, so another table of the workspace waits too. */
+static void test_redis_faults_own_pooled_admission_held_through_an_outage(
+    void **state) {
+  held_through_an_outage(*state, "ws", "ws/t1", "ws/t2");
+}
+
+/* The segment's copy of a Redis admission is not told to Redis as one of
+ * the host's own (it would count twice): with a cap of 2 and one held,
+ * the host's next caller is admitted; its leave frees its copy, so the
+ * segment is empty again. */
+static void test_redis_faults_kept_admission_not_counted_twice(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_t *a2 = NULL; /* another caller of the same host */
+  assert_int_equal(throttle_open(fx->cfg, &a2), 0);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 2), 0);
+  throttle_ticket_t *t = NULL, *u = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 5000, &t), 0);
+  assert_int_equal(throttle_try_enter(a2, "k", THROTTLE_CLASS_LIVE, &u, NULL),
+                   0);
+  assert_int_equal(throttle_leave(a2, u, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  /* the segment serves now: nothing of the two left in it */
+  assert_int_equal(th_field(a, "k", THROTTLE_FIELD_IN_FLIGHT), 0);
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &t, NULL),
+                   0);
+  assert_int_equal(throttle_try_enter(a2, "k", THROTTLE_CLASS_LIVE, &u, NULL),
+                   0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_leave(a2, u, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(a2);
+}
+
 /* Redis back after an outage while a host's segment still holds what it
  * admitted meanwhile: the host's next caller goes to Redis and has those
  * counted there as the host's, so another host is not admitted beside
@@ -1044,6 +1131,14 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_host_rejoins_while_segment_drains, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_own_admission_held_through_an_outage, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_kept_admission_not_counted_twice, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_own_pooled_admission_held_through_an_outage, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_cancel_reaches_segment_waiters, setup, teardown),

@@ -538,6 +538,7 @@ static int remote_enter(throttle_t *h, const char *key, throttle_ticket_t *t,
   int rc = throttle__be_enter(h, key, t->cls, &timeout_ms, nowait, &t->be,
                               &t->probe, wait_ms);
   if (rc == 0) {
+    throttle__segment_hold_backend(h, t); /* for an outage while held */
     *out = t;
     return 0;
   }
@@ -562,6 +563,7 @@ static int remote_leave(throttle_t *h, throttle_ticket_t *t,
                                        bad_outcome);
   uint32_t plen = throttle__publish_len(h, t->key, t->len, outcome);
   int rc = throttle__be_leave(h, t->be, outcome, retry_after_ms, plen);
+  throttle__segment_release_backend(h, t);
   if (throttle__outcome_publishes(outcome))
     throttle__segment_mirror_publish(
         h, t, plen, retry_after_ms ? retry_after_ms : THROTTLE__LOCK_DELAY_MS);

@@ -207,22 +207,6 @@ static struct throttle__slot *my_slot(struct throttle__rec *r,
   return s;
 }
 
-/* The next ticket of the segment.  A counter far beyond any real use (2^62
- * admissions) was written by a bad writer: start again above the tickets
- * of this key, which keeps its FIFO order and its identities distinct. */
-static uint64_t next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
-  uint64_t n = h->hdr->next_ticket + 1;
-  if (n == 0 || n > (UINT64_C(1) << 62)) {
-    n = 1;
-    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
-      if (r->slot[i].state != THROTTLE__SLOT_FREE &&
-          r->slot[i].ticket >= n && r->slot[i].ticket < (UINT64_C(1) << 62))
-        n = r->slot[i].ticket + 1;
-  }
-  h->hdr->next_ticket = n;
-  return n;
-}
-
 /* Waiting beyond the slots: counted (by class) in the record's
  * generation of that count, which the reap renews when it finds the count
  * stale (gate_rec.c); a caller counted in another one counts itself
@@ -377,7 +361,8 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
         s->lease_ms = h->lease_ms;
         /* the ticket of the first arrival, if it had to wait beyond the
          * slots: its place in the queue is when it came */
-        s->ticket = t->ticket != 0 ? t->ticket : next_ticket_locked(h, r);
+        s->ticket =
+            t->ticket != 0 ? t->ticket : throttle__next_ticket_locked(h, r);
         s->since_ns = now;
         s->since_mono_ns = 0; /* the lease's clock starts at the grant */
         s->probe = 0;
@@ -392,7 +377,7 @@ static int enter_wait(throttle_t *h, throttle_ticket_t *t, uint64_t timeout_ms,
       } else {
         ovf_count(r, &ovf, cls == THROTTLE_CLASS_BACKFILL);
         if (t->ticket == 0)
-          t->ticket = next_ticket_locked(h, r);
+          t->ticket = throttle__next_ticket_locked(h, r);
       }
     }
     if (s != NULL && s->state == THROTTLE__SLOT_CANCELED) {

@@ -173,6 +173,22 @@ void throttle__gate_repair_locked(throttle_t *h, struct throttle__rec *r) {
   throttle__learn_bound_locked(r, now);
 }
 
+/* The next ticket of the segment.  A counter far beyond any real use (2^62
+ * admissions) was written by a bad writer: start again above the tickets
+ * of this key, which keeps its FIFO order and its identities distinct. */
+uint64_t throttle__next_ticket_locked(throttle_t *h, struct throttle__rec *r) {
+  uint64_t n = h->hdr->next_ticket + 1;
+  if (n == 0 || n > (UINT64_C(1) << 62)) {
+    n = 1;
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++)
+      if (r->slot[i].state != THROTTLE__SLOT_FREE &&
+          r->slot[i].ticket >= n && r->slot[i].ticket < (UINT64_C(1) << 62))
+        n = r->slot[i].ticket + 1;
+  }
+  h->hdr->next_ticket = n;
+  return n;
+}
+
 /* ---- granting -------------------------------------------------------- */
 
 void throttle__wake_all(struct throttle__wake *w) {

@@ -286,6 +286,20 @@ void throttle__scope_repair_locked(throttle_t *h) {
   }
 }
 
+/* held, on r, takes a place in every capped pool above r as a grant's
+ * would, and nothing else (no token of a rate, no probe): an admission
+ * the backend across hosts made, kept in the segment (segment_ops.c). */
+void throttle__scope_place_locked(throttle_t *h, const struct throttle__rec *r,
+                                  const struct throttle__slot *held) {
+  for (size_t p = 0; (p = throttle__scope_next(r->key, klen(r), p)) != 0;
+       p++) {
+    struct throttle__rec *s = scope_rec(h, r->key, p);
+    if (s != NULL && s != r && s->fixed_cap != 0 &&
+        !holds_place(s, held->ticket))
+      (void)place(s, held);
+  }
+}
+
 /* A scope that became a pool, or whose cap changed, counts what is
  * already in flight beneath it: a holder admitted while the scope was no
  * pool took no place there, and the cap would admit that many more beside

@@ -118,11 +118,90 @@ uint32_t throttle__segment_count(throttle_t *h, const char *key) {
       throttle__find_locked(h, key, len, throttle__hash(h->seed, key, len));
   if (r != NULL) {
     throttle__reap_locked(r, throttle__now_ns());
-    n = (uint32_t)(throttle__count_slots(r, THROTTLE__SLOT_HOLDING, -1) +
-                   throttle__count_slots(r, THROTTLE__SLOT_WAITING, -1));
+    for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+      const struct throttle__slot *s = &r->slot[i];
+      /* not the backend's own admissions kept here: it counts those */
+      n += s->state == THROTTLE__SLOT_WAITING ||
+           (s->state == THROTTLE__SLOT_HOLDING &&
+            s->probe != THROTTLE__SLOT_BY_BACKEND);
+    }
   }
   throttle__unlock(h);
   return n;
+}
+
+/* An admission the backend across hosts made, kept in the segment as a
+ * holder of this process (slot->probe THROTTLE__SLOT_BY_BACKEND), with a
+ * place in each capped pool above it as a grant here would take: should
+ * the backend go away while it is held, the segment counts it against
+ * the key's cap and the pools' instead of admitting one more caller of
+ * this host beside it.  Its process's death or its lease frees it as any
+ * holder's.  Not counted by throttle__segment_count (the backend knows
+ * it), never the key's probe.  Best effort: a key the table has no room
+ * for, or whose 32 slots are all in use, is not kept (t->ticket 0). */
+void throttle__segment_hold_backend(throttle_t *h, throttle_ticket_t *t) {
+  t->ticket = 0;
+  t->slot = UINT32_MAX;
+  uint64_t now;
+  struct throttle__rec *r;
+  if (throttle__lock_record(h, t->key, t->len, &now, &r) != 0)
+    return;
+  throttle__reap_locked(r, now);
+  struct throttle__slot *s = NULL;
+  uint32_t holders = 1;
+  for (uint32_t i = 0; i < THROTTLE__SLOTS; i++) {
+    if (r->slot[i].state == THROTTLE__SLOT_HOLDING)
+      holders++;
+    else if (s == NULL && r->slot[i].state == THROTTLE__SLOT_FREE)
+      s = &r->slot[i];
+  }
+  if (s != NULL) {
+    struct throttle__self_id self = throttle__self_id();
+    s->since_ns = now; /* the times first, the state last */
+    s->since_mono_ns = throttle__mono_at(now);
+    s->cls = (uint8_t)t->cls;
+    s->pid = throttle__pid();
+    s->start = self.start;
+    s->pidns = self.pidns;
+    s->lease_ms = h->lease_ms;
+    s->ticket = throttle__next_ticket_locked(h, r);
+    s->probe = THROTTLE__SLOT_BY_BACKEND;
+    s->concurrent = (uint8_t)(holders < UINT8_MAX ? holders : UINT8_MAX);
+    s->state = THROTTLE__SLOT_HOLDING;
+    t->slot = (uint32_t)(s - r->slot);
+    t->ticket = s->ticket;
+    t->rec = (uint32_t)(r - h->recs);
+    if (throttle__scope_next(t->key, t->len, 0) != 0)
+      throttle__scope_place_locked(h, r, s);
+  }
+  throttle__unlock(h);
+}
+
+/* The backend's admission t left: its copy in the segment freed (and its
+ * pool places), and what the gate allows now granted to the segment's
+ * own waiters (those of an outage).  A mutex out of reach leaves it to
+ * the lease. */
+void throttle__segment_release_backend(throttle_t *h,
+                                       const throttle_ticket_t *t) {
+  if (t->ticket == 0 || t->slot >= THROTTLE__SLOTS || throttle__lock(h) != 0)
+    return;
+  struct throttle__rec *r = throttle__rec_at_locked(h, t->rec, t->key, t->len);
+  if (r == NULL)
+    r = throttle__find_locked(h, t->key, t->len,
+                              throttle__hash(h->seed, t->key, t->len));
+  struct throttle__wake w;
+  w.n = 0;
+  if (r != NULL && r->slot[t->slot].state == THROTTLE__SLOT_HOLDING &&
+      r->slot[t->slot].ticket == t->ticket) {
+    uint64_t next;
+    throttle__free_slot(r, &r->slot[t->slot]);
+    throttle__grant_locked(h, r, throttle__now_ns(), &w, &next, NULL);
+  }
+  if (throttle__scope_next(t->key, t->len, 0) != 0)
+    throttle__scope_report_locked(h, t->key, t->len, t->ticket,
+                                  THROTTLE_OUTCOME_ABANDONED);
+  throttle__unlock(h);
+  throttle__wake_all(&w);
 }
 
 /* Open key in the segment; THROTTLE_ENOKEY (no message) when it has no
