@@ -82,7 +82,9 @@
  *         The host segment: all of the above; the child's calls work on
  *         the one shared segment, and its throttle_close() unmaps its own
  *         mapping only.  A handle that failed open (process-private
- *         memory) is copied: the child's back-offs are its own.
+ *         memory) is copied: the child's back-offs are its own.  A
+ *         read-only handle (THROTTLE_READONLY) works in the child whatever
+ *         the parent's other threads were reading through it at the fork.
  *         Redis: the same calls and the same ticket rules, and the child's
  *         copy is the child's own.  It has no heartbeat thread and uses
  *         none of the parent's connections: its first call opens its own

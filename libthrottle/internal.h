@@ -401,6 +401,10 @@ struct throttle {
    * private copy refreshed under ro_lock by throttle__lock (segment.c). */
   const void *ro_src;
   pthread_mutex_t ro_lock;
+  /* The process whose ro_lock this is (its pid), or, with bit 32 set, the
+   * process making it afresh: a forked child's copy may be held by a
+   * thread the child does not have (segment.c, ro_lock). */
+  _Atomic uint64_t ro_owner;
   struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
   /* the table of operations the public calls go through (backend.h):
    * &throttle__segment_ops, or &throttle__remote_ops while be is open */

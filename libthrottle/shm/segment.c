@@ -33,6 +33,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -490,12 +491,43 @@ static int open_readonly(throttle_t *h) {
   }
   bind_handle(h, copy, size);
   pthread_mutex_init(&h->ro_lock, NULL);
+  atomic_store_explicit(&h->ro_owner, throttle__pid(), memory_order_release);
   return 0;
+}
+
+#define RO_FRESH (UINT64_C(1) << 32) /* ro_owner: being made afresh */
+
+/* The handle's mutex as this process's own.  In a forked child (the pid
+ * changed: throttle__pid) it may be held by a thread of the parent that
+ * the child does not have: the first of the child's threads makes it
+ * afresh, the others wait for that.  No pthread_atfork(): it is not run
+ * by a raw clone() or _Fork(), and the pid tells every kind of child. */
+static void ro_own(throttle_t *h) {
+  uint64_t me = throttle__pid();
+  for (;;) {
+    uint64_t w = atomic_load_explicit(&h->ro_owner, memory_order_acquire);
+    if (w == me)
+      return;
+    if (w == (RO_FRESH | me)) { /* another thread of ours is at it */
+      sched_yield();
+      continue;
+    }
+    /* the parent's (or a parent's that was itself making it afresh) */
+    if (atomic_compare_exchange_strong_explicit(&h->ro_owner, &w,
+                                                RO_FRESH | me,
+                                                memory_order_acq_rel,
+                                                memory_order_acquire)) {
+      pthread_mutex_init(&h->ro_lock, NULL);
+      atomic_store_explicit(&h->ro_owner, me, memory_order_release);
+      return;
+    }
+  }
 }
 
 /* throttle__lock() on a read-only handle: refresh the copy, under the
  * handle's own mutex (threads sharing the handle share the copy). */
 static int ro_lock(throttle_t *h) {
+  ro_own(h);
   pthread_mutex_lock(&h->ro_lock);
   int stable = ro_copy(h);
   char why[256];
