@@ -405,6 +405,8 @@ struct throttle {
    * process making it afresh: a forked child's copy may be held by a
    * thread the child does not have (segment.c, ro_lock). */
   _Atomic uint64_t ro_owner;
+  /* CLOCK_MONOTONIC ns before which throttle__lock_brief tries once. */
+  _Atomic uint64_t brief_skip_until;
   struct throttle__be *be; /* a backend across hosts, or NULL (backend.c) */
   /* the table of operations the public calls go through (backend.h):
    * &throttle__segment_ops, or &throttle__remote_ops while be is open */
@@ -476,6 +478,9 @@ int throttle__segment_open(throttle_t *h, const throttle_config_t *cfg);
 int throttle__segment_private(throttle_t *h, uint32_t capacity);
 void throttle__segment_close(throttle_t *h);
 int throttle__lock(throttle_t *h);
+/* The mutex for a copy kept beside a backend across hosts: a few ms at
+ * most, one try for a second after that failed; no message (segment.c). */
+int throttle__lock_brief(throttle_t *h);
 void throttle__unlock(throttle_t *h);
 uint64_t throttle__fingerprint(void);
 int throttle__validate_header(const struct throttle__hdr *hdr, uint64_t size,

@@ -716,6 +716,50 @@ static void test_redis_faults_forked_child_keeps_its_holding_alive(
   close(fds[1]);
 }
 
+/* The host's segment stuck (its mutex held by a stopped process) while
+ * Redis answers: Redis serves, and no call is later than its timeout. */
+static void test_redis_faults_stuck_segment_makes_no_call_late(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 2), 0);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  pid_t pid = th_spawn(fx, th_child_sits_on_mutex, fx);
+  th_wait_stopped(fx, pid, HANG_GUARD_MS);
+  a = th_open(fx);
+  /* an admission, a leave that publishes (the segment keeps a copy), a
+   * wait that outlasts it and one more admission: each as Redis answers */
+  uint64_t t0 = th_now_ns() / 1000000;
+  int rc = throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 300, &t);
+  uint64_t t1 = th_now_ns() / 1000000;
+  int lrc =
+      rc == 0 ? throttle_leave(a, t, THROTTLE_OUTCOME_LOCKED, 200) : rc;
+  uint64_t t2 = th_now_ns() / 1000000;
+  int wrc = throttle_wait(a, "k", 1000);
+  uint64_t t3 = th_now_ns() / 1000000;
+  int erc = throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 300, &t);
+  uint64_t t4 = th_now_ns() / 1000000;
+  if (erc == 0)
+    erc = throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0);
+  kill(pid, SIGKILL);
+  th_reap_killed(fx, pid, HANG_GUARD_MS);
+  print_message("enter %d in %llu ms, leave %d in %llu ms, wait %d in %llu "
+                "ms, enter %d in %llu ms\n",
+                rc, (unsigned long long)(t1 - t0), lrc,
+                (unsigned long long)(t2 - t1), wrc,
+                (unsigned long long)(t3 - t2), erc,
+                (unsigned long long)(t4 - t3));
+  assert_int_equal(rc, 0);
+  assert_int_equal(lrc, 0);
+  assert_int_equal(wrc, 0);
+  assert_int_equal(erc, 0);
+  assert_true(t1 - t0 < 300 + 100);
+  assert_true(t2 - t1 < 100);
+  assert_true(t3 - t2 < 1000 + 100);
+  assert_true(t4 - t3 < 300 + 100);
+}
+
 struct hold_arg {
   struct th_fx *fx;
   const char *key;
@@ -1137,6 +1181,8 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_kept_admission_not_counted_twice, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stuck_segment_makes_no_call_late, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_own_pooled_admission_held_through_an_outage, setup,
           teardown),

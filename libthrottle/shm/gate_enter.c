@@ -650,8 +650,8 @@ static bool report_locked(throttle_t *h, struct throttle__rec *r,
 void throttle__segment_mirror_publish(throttle_t *h,
                                       const throttle_ticket_t *t,
                                       uint32_t plen, uint64_t ms) {
-  if (throttle__lock(h) != 0)
-    return;
+  if (throttle__lock_brief(h) != 0)
+    return; /* the backend has it */
   uint64_t now = throttle__now_ns();
   (void)throttle__publish_at_locked(h, t->key, t->len, plen,
                                     ms > UINT64_MAX / THROTTLE__NS_PER_MS

@@ -684,7 +684,7 @@ void throttle__segment_close(throttle_t *h) {
 #define LOCK_MUTEX(m, ts) pthread_mutex_clocklock((m), CLOCK_MONOTONIC, (ts))
 #endif
 
-static int lock_timed(throttle_t *h) {
+static int lock_timed(throttle_t *h, uint32_t ms) {
   struct timespec ts;
   /* No clock: a deadline already past, so the lock is tried once and the
    * caller gets THROTTLE_ELOCKTIMEOUT rather than a garbage timeout. */
@@ -693,8 +693,8 @@ static int lock_timed(throttle_t *h) {
     ts.tv_nsec = 0;
     return LOCK_MUTEX(&h->hdr->mutex, &ts);
   }
-  ts.tv_sec += h->lock_timeout_ms / 1000;
-  ts.tv_nsec += (long)(h->lock_timeout_ms % 1000) * 1000000L;
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
   if (ts.tv_nsec >= 1000000000L) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
@@ -742,20 +742,23 @@ static int mutex_kind_bad(const throttle_t *h, int *kind) {
 #endif
 }
 
-int throttle__lock(throttle_t *h) {
+/* The mutex within ms; say: a failure is the handle's message (else only
+ * its code). */
+static int lock_within(throttle_t *h, uint32_t ms, bool say) {
   if (h->ro_src != NULL)
     return ro_lock(h);
   int kind;
   if (mutex_kind_bad(h, &kind))
-    return throttle__fail(h, THROTTLE_ECORRUPT,
-                          "%s: mutex damaged (kind 0x%x); remove the segment "
-                          "(throttlectl rm)",
-                          h->name, (unsigned)kind);
+    return !say ? THROTTLE_ECORRUPT
+                : throttle__fail(h, THROTTLE_ECORRUPT,
+                                 "%s: mutex damaged (kind 0x%x); remove the "
+                                 "segment (throttlectl rm)",
+                                 h->name, (unsigned)kind);
   /* Uncontended, the common case: no deadline to compute, no clock read. */
   int rc =
       THROTTLE__SYS(LOCK, errno, pthread_mutex_trylock(&h->hdr->mutex));
   if (rc == EBUSY)
-    rc = lock_timed(h);
+    rc = lock_timed(h, ms);
   if (rc == 0) {
     THROTTLE__CRASHPOINT("after-lock");
     return 0;
@@ -772,14 +775,41 @@ int throttle__lock(throttle_t *h) {
     return 0;
   }
   if (rc == ETIMEDOUT)
-    return throttle__fail(h, THROTTLE_ELOCKTIMEOUT,
-                          "%s: mutex not acquired within %u ms (a live process "
-                          "holds it, or the segment is damaged)",
-                          h->name, h->lock_timeout_ms);
-  return throttle__fail(h, THROTTLE_ECORRUPT,
-                        "%s: mutex unusable (%s); remove the segment "
-                        "(throttlectl rm)",
-                        h->name, strerror(rc));
+    return !say ? THROTTLE_ELOCKTIMEOUT
+                : throttle__fail(h, THROTTLE_ELOCKTIMEOUT,
+                                 "%s: mutex not acquired within %u ms (a "
+                                 "live process holds it, or the segment is "
+                                 "damaged)",
+                                 h->name, ms);
+  return !say ? THROTTLE_ECORRUPT
+              : throttle__fail(h, THROTTLE_ECORRUPT,
+                               "%s: mutex unusable (%s); remove the segment "
+                               "(throttlectl rm)",
+                               h->name, strerror(rc));
+}
+
+int throttle__lock(throttle_t *h) {
+  return lock_within(h, h->lock_timeout_ms, true);
+}
+
+/* A copy the segment keeps while a backend across hosts serves (its
+ * holders, settings, back-offs, the count of its own callers) is not worth
+ * making a caller wait: a mutex held by a live process that does not let
+ * go (stopped in a debugger, by ^Z) would add the lock timeout to every
+ * call that Redis answers at once.  So: BRIEF_MS at most, and for a second
+ * after such a wait failed, one try only. */
+#define BRIEF_MS 5u
+#define BRIEF_SKIP_NS (UINT64_C(1000) * THROTTLE__NS_PER_MS)
+
+int throttle__lock_brief(throttle_t *h) {
+  uint64_t now = throttle__mono_ns();
+  bool skip = now < atomic_load_explicit(&h->brief_skip_until,
+                                         memory_order_relaxed);
+  int rc = lock_within(h, skip ? 0 : BRIEF_MS, false);
+  if (rc == THROTTLE_ELOCKTIMEOUT && !skip)
+    atomic_store_explicit(&h->brief_skip_until, now + BRIEF_SKIP_NS,
+                          memory_order_relaxed);
+  return rc;
 }
 
 void throttle__unlock(throttle_t *h) {

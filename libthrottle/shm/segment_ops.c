@@ -82,7 +82,7 @@ uint64_t throttle__segment_remaining(throttle_t *h, const char *key) {
  * record tells (the not-before less the last delay); 0 when none. */
 uint64_t throttle__segment_published_ago(throttle_t *h, const char *key) {
   size_t len;
-  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock_brief(h) != 0)
     return 0;
   uint64_t now = throttle__now_ns(), ago = 0;
   struct throttle__rec *r =
@@ -111,7 +111,7 @@ void throttle__segment_forget(throttle_t *h, const char *key) {
  * is empty.  Taken under the mutex: one lookup, no system call. */
 uint32_t throttle__segment_count(throttle_t *h, const char *key) {
   size_t len;
-  if (throttle__check_key(h, key, &len) != 0 || throttle__lock(h) != 0)
+  if (throttle__check_key(h, key, &len) != 0 || throttle__lock_brief(h) != 0)
     return 0;
   uint32_t n = 0;
   struct throttle__rec *r =
@@ -138,14 +138,20 @@ uint32_t throttle__segment_count(throttle_t *h, const char *key) {
  * this host beside it.  Its process's death or its lease frees it as any
  * holder's.  Not counted by throttle__segment_count (the backend knows
  * it), never the key's probe.  Best effort: a key the table has no room
- * for, or whose 32 slots are all in use, is not kept (t->ticket 0). */
+ * for, or whose 32 slots are all in use, or a mutex not had at once
+ * (throttle__lock_brief), is not kept (t->ticket 0). */
 void throttle__segment_hold_backend(throttle_t *h, throttle_ticket_t *t) {
   t->ticket = 0;
   t->slot = UINT32_MAX;
-  uint64_t now;
   struct throttle__rec *r;
-  if (throttle__lock_record(h, t->key, t->len, &now, &r) != 0)
+  uint64_t hash = throttle__hash(h->seed, t->key, t->len);
+  if (throttle__lock_brief(h) != 0)
     return;
+  uint64_t now = throttle__now_ns();
+  if (throttle__insert_locked(h, t->key, t->len, hash, now, &r) != 0) {
+    throttle__unlock(h);
+    return;
+  }
   throttle__reap_locked(r, now);
   struct throttle__slot *s = NULL;
   uint32_t holders = 1;
@@ -179,8 +185,9 @@ void throttle__segment_hold_backend(throttle_t *h, throttle_ticket_t *t) {
 
 /* The backend's admission t left: its copy in the segment freed (and its
  * pool places), and what the gate allows now granted to the segment's
- * own waiters (those of an outage).  A mutex out of reach leaves it to
- * the lease. */
+ * own waiters (those of an outage).  The mutex is waited for as any
+ * call's (a copy left held would hold a slot through the next outage);
+ * out of reach, the copy is left to the lease. */
 void throttle__segment_release_backend(throttle_t *h,
                                        const throttle_ticket_t *t) {
   if (t->ticket == 0 || t->slot >= THROTTLE__SLOTS || throttle__lock(h) != 0)
@@ -249,7 +256,7 @@ void throttle__segment_mirror(throttle_t *h, const char *key,
   bool any = s->fixed_cap != 0 || s->auto_max != 0 || s->paused ||
              s->rate_n != 0 || s->share_set;
   uint64_t hash = throttle__hash(h->seed, key, len);
-  if (throttle__lock(h) != 0)
+  if (throttle__lock_brief(h) != 0)
     return;
   uint64_t now = throttle__now_ns();
   struct throttle__rec *r = throttle__find_locked(h, key, len, hash);
@@ -319,7 +326,7 @@ void throttle__refusal_merge(throttle_t *h, throttle_info_t *info) {
   memset(&info->refusal, 0, sizeof info->refusal);
   size_t len = strnlen(info->key, sizeof info->key);
   if (h->hdr == NULL || len == 0 || len > THROTTLE__KEY_MAX ||
-      throttle__lock(h) != 0)
+      throttle__lock_brief(h) != 0)
     return; /* no segment to ask: none noted */
   struct throttle__rec *r = throttle__find_locked(
       h, info->key, len, throttle__hash(h->seed, info->key, len));
