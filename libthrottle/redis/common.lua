@@ -1,5 +1,14 @@
--- common.lua: prepended to every script (see libthrottle/redis/redis.h for the
--- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
+-- common.lua: the helpers every script shares (see libthrottle/redis/redis.h
+-- for the gate rules mirrored here), and begin(KEYS, ARGV), which sets up
+-- one call's state.  Defined once: a Redis Functions library is this file
+-- and one function per script, each calling begin() first; for EVAL (a
+-- server without Functions) this file is in front of each script and
+-- begin() is called right after it (the Makefile builds both forms).  The
+-- call's state lives in the locals below, every one of them set anew by
+-- begin(), so nothing of a call survives into the next (a script runs
+-- alone and is never reentered).  No redis.call outside a call: Redis
+-- refuses them while it loads a library.
+-- KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
 -- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 beneath hash,
 -- then a state and a beneath hash per scope (see the scopes section; the
@@ -9,34 +18,36 @@
 -- own max delay ms, which bounds only what it waits out, and the most it
 -- may store for the others: its host segment's max delay), the key's name
 -- (kept in the state hash for listings).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local QP, TTL = ARGV[1], tonumber(ARGV[2])
-local MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
-MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
-local NAME = ARGV[4]
+local now, now_us, K, W, WI, X, QP, TTL, MAXD, MAXS, NAME
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
--- The state hash, read once; fields written back (or deleted) by store().
-local s, dirty, gone = {}, {}, {}
-do
-  local a = redis.call('HGETALL', K)
-  for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
-end
+-- The state hash, read once by begin(); fields written back (or deleted)
+-- by store().
+local s, dirty, gone
 -- The state hash is new here: stored with 'born' (Redis's clock in us),
 -- so that a holder admitted before it (a fence below born, or no hash at
 -- all) is known to be one Redis lost (beat.lua).
-local K_NEW = next(s) == nil
+local K_NEW
 local function g(f) return tonumber(s[f] or '0') or 0 end
--- The holder list, made once a run: a write of a holder field drops it.
-local HL = nil
+-- The holder list, made once a call: a write of a holder field drops it.
+local HL
 local function is_h(f) return string.byte(f, 1) == 104 and string.byte(f, 2) == 58 end
+-- A number as the hash stores it: an integer, no exponent.  '%d' prints
+-- an integral value as '%.0f' does, at half the cost (no float
+-- conversion); zero (which may be -0), fractions, NaN, the infinities and
+-- magnitudes past 2^53 go by '%.0f'.  (The libraries are read at each
+-- call: a Functions library may not use them while it loads.)
+local function fmt(v)
+  if v == math.floor(v) and v ~= 0 and v > -9007199254740992 and
+     v < 9007199254740992 then
+    return string.format('%d', v)
+  end
+  return string.format('%.0f', v)
+end
 -- A field written back by store(); one that keeps its value is not (each
 -- field Redis writes costs as much as a few Lua lines).
 local function p(f, v)
-  local str = type(v) == 'number' and string.format('%.0f', v) or v
+  local str = type(v) == 'number' and fmt(v) or v
   if s[f] == str and not gone[f] then return end
   if HL and is_h(f) then HL = nil end
   s[f] = str
@@ -48,7 +59,6 @@ local function del(f)
   s[f] = nil; dirty[f] = nil; gone[f] = true
 end
 local function inc(f) p(f, g(f) + 1) end
-local function fmt(v) return string.format('%.0f', v) end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
@@ -78,6 +88,14 @@ local function words(v)
   for x in string.gmatch(v, '%S+') do w[#w + 1] = x end
   return w
 end
+-- words(v)[n] without the table (most readers want one field): the nth
+-- run of non-space characters, or nil
+local WORD = {}
+do
+  local skip = '^%s*'
+  for n = 1, 11 do WORD[n] = skip .. '(%S+)'; skip = skip .. '%S+%s+' end
+end
+local function word(v, n) return string.match(v, WORD[n]) end
 
 local function push(id)
   local q = QP .. id
@@ -125,8 +143,8 @@ end
 -- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
   for _, hv in ipairs(holders()) do
-    local w = words(hv[2])
-    if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
+    local v = hv[2]
+    if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
       del('h:' .. hv[1])
       inc('reclaims')
       if s['probe'] == hv[1] then p('probe', '0') end
@@ -200,23 +218,10 @@ end
 -- scope (its probe, or its place in a pool) is a holder field of the
 -- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
 -- reap and lease judge it as the key's do, and beat.lua refreshes it.
-local KB = KEYS[5]
+local KB
 local COLD_HOLD = 1000 -- ms (scope.c THROTTLE__COLD_HOLD_NS)
-local SC = {}
-do
-  local at, j = 2, 6
-  while KEYS[j + 1] do
-    local pos = string.find(NAME, '/', at, true)
-    if not pos then break end
-    local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
-                b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
-    local a = redis.call('HGETALL', sc.k)
-    for i = 1, #a, 2 do sc.s[a[i]] = a[i + 1] end
-    SC[#SC + 1] = sc
-    at = pos + 1
-    j = j + 2
-  end
-end
+-- The scopes, root first: {name, k, b, s, dirty, gone} (begin()).
+local SC
 local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
 local function sp(sc, f, v)
   local str = type(v) == 'number' and fmt(v) or v
@@ -234,33 +239,10 @@ local function sc_nb(sc)
 end
 local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~= 0 end
 
--- Places of dead holders (liveness or lease lapsed) go, as reap() does
--- for a key's own holders; a probe's place gone lets the next probe go.
--- The dead are listed first and dropped after the walk: a table walked by
--- pairs() must not gain fields meanwhile ('invalid key to next'), and a
--- script that fails here would fail the same way on every later call.
-for _, sc in ipairs(SC) do
-  local dead = {}
-  for f, v in pairs(sc.s) do
-    if string.sub(f, 1, 2) == 'h:' then
-      local w = words(v)
-      if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
-        dead[#dead + 1] = f
-      end
-    end
-  end
-  for _, f in ipairs(dead) do
-    sdel(sc, f)
-    sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
-    if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
-    sc.wake = true
-  end
-end
-
 -- Does a scope hold the key (scope.c throttle__scope_gate_locked)?
 -- Returns 0 open, 1 held (and when time alone may open it, or nil), or 2:
 -- a scope's episode wants one probe, and the next grant beneath is it.
-local scope_held = false -- the last grant() stopped at a scope or a pool
+local scope_held -- the last grant() stopped at a scope or a pool
 local function scope_gate()
   local verdict = 0
   for _, sc in ipairs(SC) do
@@ -274,7 +256,7 @@ local function scope_gate()
         -- a cold scope's first request holds the keys at most COLD_HOLD
         -- after its grant; then they go, its episode kept
         if sg(sc, 'answered') == 1 then return 1, nil end
-        local hold_end = (tonumber(words(pv)[4]) or 0) + COLD_HOLD
+        local hold_end = (tonumber(word(pv, 4)) or 0) + COLD_HOLD
         if hold_end > now then return 1, hold_end end
       else
         if pr ~= '0' then sp(sc, 'probe', '0') end
@@ -300,7 +282,7 @@ local function sc_places(sc)
   for f, v in pairs(sc.s) do
     if string.sub(f, 1, 2) == 'h:' then
       n = n + 1
-      if words(v)[1] == '1' then bf = bf + 1 end
+      if word(v, 1) == '1' then bf = bf + 1 end
     end
   end
   return n, bf
@@ -382,7 +364,7 @@ local function hold_depth(cls)
     if sg(sc, 'episode') == 1 then
       local pv = (sc.s['probe'] or '0') ~= '0' and sc.s['h:' .. sc.s['probe']]
       if pv and (sg(sc, 'answered') == 1 or
-                 (tonumber(words(pv)[4]) or 0) + COLD_HOLD > now) then
+                 (tonumber(word(pv, 4)) or 0) + COLD_HOLD > now) then
         return i
       end
     end
@@ -490,7 +472,7 @@ local function beneath_add(id, cls, live_until, depth)
   for i, sc in ipairs(SC) do
     local f = QP .. id
     local old = redis.call('HGET', sc.b, f)
-    local cg = old and words(old)[5] or fmt(sg(sc, 'cancel_gen'))
+    local cg = old and word(old, 5) or fmt(sg(sc, 'cancel_gen'))
     redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until),
       elig_at(i, depth), cg}, ' '))
     sc.touch_b = true
@@ -515,7 +497,7 @@ end
 local function scope_canceled(id)
   for _, sc in ipairs(SC) do
     local e = redis.call('HGET', sc.b, QP .. id)
-    if e and (tonumber(words(e)[5]) or 0) < sg(sc, 'cancel_gen') then return true end
+    if e and (tonumber(word(e, 5)) or 0) < sg(sc, 'cancel_gen') then return true end
   end
   return false
 end
@@ -524,7 +506,7 @@ end
 local function wake_list(b)
   local a = redis.call('HGETALL', b)
   for i = 1, #a, 2 do
-    if (tonumber(words(a[i + 1])[3]) or 0) < now then
+    if (tonumber(word(a[i + 1], 3)) or 0) < now then
       redis.call('HDEL', b, a[i])
     else
       redis.call('RPUSH', a[i], 'w')
@@ -547,7 +529,7 @@ local function scope_store()
       if sg(sc, 'nb') > last then last = sg(sc, 'nb') end
       for f, v in pairs(sc.s) do
         if string.sub(f, 1, 2) == 'h:' then
-          local lu = tonumber(words(v)[6]) or 0
+          local lu = tonumber(word(v, 6)) or 0
           if lu > last then last = lu end
         end
       end
@@ -569,11 +551,12 @@ end
 -- A caller that arrives at an empty queue is tried before it is
 -- registered (no waiter records to write and delete when it is admitted
 -- at once): {id, words} or nil.
-local pending = nil
+local pending
 -- true while the queue is known to be empty (the uncontended path saw
 -- ZCARD 0 and adds nobody): oldest() then asks Redis nothing
-local queue_empty = false
-local touched = {[K] = true}
+local queue_empty
+-- the keys store() gives their TTL
+local touched
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
 -- liveness host pid state token).  A head that is gone, canceled or dead is
@@ -629,7 +612,7 @@ local function grant(self)
   local nh, bf = 0, 0
   for _, hv in ipairs(holders()) do
     nh = nh + 1
-    if words(hv[2])[1] == '1' then bf = bf + 1 end
+    if word(hv[2], 1) == '1' then bf = bf + 1 end
   end
   local share = share_of()
   local bf_cap = 0
@@ -714,7 +697,7 @@ local function store()
   local nb = g('nb')
   if nb > last then last = nb end
   for _, hv in ipairs(holders()) do
-    local lu = tonumber(words(hv[2])[6]) or 0
+    local lu = tonumber(word(hv[2], 6)) or 0
     if lu > last then last = lu end
   end
   local ttl = TTL + (last - now)
@@ -797,12 +780,9 @@ end
 -- wins, as the segment seeds from the sibling that learned last), and a
 -- key whose hash does not exist yet copies it.  The parent's own fields
 -- are left alone, and its expiry only ever moves later.
--- The parent scope's state hash: the last scope passed (root first), if
--- it is the key's parent; nil for a key without one.
-local PK = nil
-if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
-  PK = SC[#SC].k
-end
+-- The parent scope's state hash (begin()): the last scope passed (root
+-- first), if it is the key's parent; nil for a key without one.
+local PK
 
 local function seed_record(L)
   if PK == nil or PK == K then return end
@@ -860,19 +840,80 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
   store_learned(L)
 end
 
--- A key new to a scope: seeded before the script runs (stored with the
--- rest by store(); a script that stores nothing creates no key).  Its
--- own work at the cap counts from now; every copied field is bounded.
-if PK ~= nil and PK ~= K and next(s) == nil then
-  local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
-    'seed_ra_ms')
-  if v[1] then
-    s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
-    s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
-    local L = learned()
-    L.learned = now > 0 and now or 1
-    -- read for learned() only: the hash has none of them yet
-    s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
-    store_learned(L)
+-- ---- one call's state -----------------------------------------------------
+-- Every per-call local above, set anew: Redis's clock, the key names and
+-- common arguments, the key's state hash and its scopes' (read whole),
+-- the dead places of the scopes reaped, and a key new to a scope seeded.
+local function begin(KEYS, ARGV)
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  QP, TTL = ARGV[1], tonumber(ARGV[2])
+  MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
+  MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
+  NAME = ARGV[4]
+  s, dirty, gone, HL = {}, {}, {}, nil
+  local a = redis.call('HGETALL', K)
+  for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
+  K_NEW = next(s) == nil
+  scope_held, pending, queue_empty, touched = false, nil, false, {[K] = true}
+
+  KB, SC = KEYS[5], {}
+  local at, j = 2, 6
+  while KEYS[j + 1] do
+    local pos = string.find(NAME, '/', at, true)
+    if not pos then break end
+    local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
+                b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
+    a = redis.call('HGETALL', sc.k)
+    for i = 1, #a, 2 do sc.s[a[i]] = a[i + 1] end
+    SC[#SC + 1] = sc
+    at = pos + 1
+    j = j + 2
+  end
+
+  -- Places of dead holders (liveness or lease lapsed) go, as reap() does
+  -- for a key's own holders; a probe's place gone lets the next probe go.
+  -- The dead are listed first and dropped after the walk: a table walked
+  -- by pairs() must not gain fields meanwhile ('invalid key to next'), and
+  -- a script that fails here would fail the same way on every later call.
+  for _, sc in ipairs(SC) do
+    local dead = {}
+    for f, v in pairs(sc.s) do
+      if string.sub(f, 1, 2) == 'h:' then
+        if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
+          dead[#dead + 1] = f
+        end
+      end
+    end
+    for _, f in ipairs(dead) do
+      sdel(sc, f)
+      sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
+      if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
+      sc.wake = true
+    end
+  end
+
+  PK = nil
+  if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
+    PK = SC[#SC].k
+  end
+
+  -- A key new to a scope: seeded before the script runs (stored with the
+  -- rest by store(); a script that stores nothing creates no key).  Its
+  -- own work at the cap counts from now; every copied field is bounded.
+  if PK ~= nil and PK ~= K and K_NEW then
+    local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
+      'seed_ra_ms')
+    if v[1] then
+      s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
+      s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
+      local L = learned()
+      L.learned = now > 0 and now or 1
+      -- read for learned() only: the hash has none of them yet
+      s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
+      store_learned(L)
+    end
   end
 end

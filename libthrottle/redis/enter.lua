@@ -70,7 +70,7 @@ else
     end
     return {3, wid, 0, 0, settings()}
   end
-  if words(v)[7] == 'c' or scope_canceled(wid) then
+  if word(v, 7) == 'c' or scope_canceled(wid) then
     redis.call('HDEL', WI, wid)
     redis.call('ZREM', W, wid)
     beneath_del(wid)

@@ -18,12 +18,12 @@ local pub_at = tonumber(ARGV[10] or '') or #NAME
 if id == '-' then
   local token = ARGV[11] or ''
   for _, hv in ipairs(holders()) do
-    if words(hv[2])[11] == token then id = hv[1] end
+    if word(hv[2], 11) == token then id = hv[1] end
   end
   if id == '-' then
     local ws = redis.call('HGETALL', WI)
     for i = 1, #ws, 2 do
-      if words(ws[i + 1])[8] == token then
+      if word(ws[i + 1], 8) == token then
         redis.call('HDEL', WI, ws[i])
         redis.call('ZREM', W, ws[i])
         beneath_del(ws[i])

@@ -207,7 +207,8 @@ struct rds {
   redisContext *pool[RDS_POOL_MAX];
   int npool;
   pid_t pid; /* owner of the pool: a forked child starts afresh */
-  char sha[RDS_NSCRIPTS][41];
+  char sha[RDS_NSCRIPTS][41]; /* EVALSHA's, once loaded */
+  _Atomic int eval_only; /* no Functions to be had: EVALSHA (redis_conn.c) */
   uint64_t down_until; /* monotonic ms; the segment serves until then */
   char down_why[512];  /* what failed then, for the calls until then */
   int cluster;         /* a Cluster node: refused for good (see below) */
@@ -295,5 +296,7 @@ void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];
+extern const char *const rds_functions[RDS_NSCRIPTS];
+extern const char rds_library[];
 
 #endif
