@@ -31,7 +31,10 @@ local K_NEW
 local function g(f) return tonumber(s[f] or '0') or 0 end
 -- The holder list, made once a call: a write of a holder field drops it.
 local HL
-local function is_h(f) return string.byte(f, 1) == 104 and string.byte(f, 2) == 58 end
+local function is_h(f)
+  local a, b = string.byte(f, 1, 2)
+  return a == 104 and b == 58
+end
 -- A number as the hash stores it: an integer, no exponent.  '%d' prints
 -- an integral value as '%.0f' does, at half the cost (no float
 -- conversion); zero (which may be -0), fractions, NaN, the infinities and
@@ -686,12 +689,6 @@ local function store()
   p('last_use', now)
   p('key', NAME)
   if K_NEW then p('born', now_us) end
-  local args = {}
-  for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
-  if #args > 0 then redis.call('HSET', K, unpack(args)) end
-  local dels = {}
-  for f, _ in pairs(gone) do dels[#dels + 1] = f end
-  if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
   -- idle TTL past the not-before and past every holder's lease
   local last = now
   local nb = g('nb')
@@ -702,13 +699,19 @@ local function store()
   end
   local ttl = TTL + (last - now)
   -- The state hash's expiry is renewed when it moved by a tenth of the
-  -- idle TTL (each call into Lua costs as much as a round trip's work).
+  -- idle TTL (each call into Lua costs as much as a round trip's work);
+  -- its field exp goes with the others' write.
   if touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
     touched[K] = nil
   elseif touched[K] then
-    redis.call('HSET', K, 'exp', fmt(now + ttl))
-    s['exp'] = fmt(now + ttl)
+    p('exp', now + ttl)
   end
+  local args = {}
+  for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
+  if #args > 0 then redis.call('HSET', K, unpack(args)) end
+  local dels = {}
+  for f, _ in pairs(gone) do dels[#dels + 1] = f end
+  if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
   scope_store()
 end
@@ -838,6 +841,35 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
     end
   end
   store_learned(L)
+end
+
+-- ---- enter's reply ---------------------------------------------------------
+-- The settings of the key and of its scopes, and whether an admission
+-- is a probe (enter.lua).
+local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
+  'share_set', 'share'}
+local function settings_of(h)
+  local v = {}
+  for i, f in ipairs(SETTINGS) do
+    local x = h[f]
+    v[i] = x == nil and '0' or fmt(tonumber(x) or 0) -- most are never set
+  end
+  return table.concat(v, ' ')
+end
+-- two values: the last elements of a reply
+local function settings()
+  local sc = {}
+  for i, x in ipairs(SC) do sc[i] = settings_of(x.s) end
+  return settings_of(s), table.concat(sc, ';')
+end
+-- 1 when admission id is the probe of its key's episode or of a scope's
+-- (gate.c: throttle_ticket_is_probe())
+local function probe_of(id)
+  if s['probe'] == id then return 1 end
+  for _, sc in ipairs(SC) do
+    if sc.s['probe'] == place_of(id) then return 1 end
+  end
+  return 0
 end
 
 -- ---- one call's state -----------------------------------------------------
