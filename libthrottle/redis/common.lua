@@ -28,20 +28,36 @@ local s, dirty, gone
 -- so that a holder admitted before it (a fence below born, or no hash at
 -- all) is known to be one Redis lost (beat.lua).
 local K_NEW
-local function g(f) return tonumber(s[f] or '0') or 0 end
--- The holder list, made once a call: a write of a holder field drops it.
+-- A field as a number (absent or no number: 0; absent is the common
+-- case, told without a call into C)
+local function g(f)
+  local v = s[f]
+  if v == nil then return 0 end
+  return tonumber(v) or 0
+end
+-- The holder list ({fence, value} each), made by begin() from the hash
+-- as read: a write of a holder field makes a new one (never changed in
+-- place: a caller may be walking the old one).
 local HL
 local function is_h(f)
   local a, b = string.byte(f, 1, 2)
   return a == 104 and b == 58
 end
+local function hl_set(f, v)
+  local id, out = string.sub(f, 3), {}
+  for hi = 1, #HL do local hv = HL[hi]
+    if hv[1] ~= id then out[#out + 1] = hv end
+  end
+  if v ~= nil then out[#out + 1] = {id, v} end
+  HL = out
+end
 -- A number as the hash stores it: an integer, no exponent.  '%d' prints
--- an integral value as '%.0f' does, at half the cost (no float
--- conversion); zero (which may be -0), fractions, NaN, the infinities and
--- magnitudes past 2^53 go by '%.0f'.  (The libraries are read at each
+-- an integral value (v % 1 == 0: not NaN nor an infinity) as '%.0f'
+-- does, at half the cost (no float conversion); zero (which may be -0),
+-- fractions and magnitudes past 2^53 go by '%.0f'.  (The libraries are read at each
 -- call: a Functions library may not use them while it loads.)
 local function fmt(v)
-  if v == math.floor(v) and v ~= 0 and v > -9007199254740992 and
+  if v % 1 == 0 and v ~= 0 and v > -9007199254740992 and
      v < 9007199254740992 then
     return string.format('%d', v)
   end
@@ -52,28 +68,20 @@ end
 local function p(f, v)
   local str = type(v) == 'number' and fmt(v) or v
   if s[f] == str and not gone[f] then return end
-  if HL and is_h(f) then HL = nil end
+  if is_h(f) then hl_set(f, str) end
   s[f] = str
   dirty[f] = true
   gone[f] = nil
 end
 local function del(f)
-  if HL and is_h(f) then HL = nil end
+  if is_h(f) then hl_set(f, nil) end
   s[f] = nil; dirty[f] = nil; gone[f] = true
 end
 local function inc(f) p(f, g(f) + 1) end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
-local function holders()
-  if HL then return HL end
-  local out = {}
-  for f, v in pairs(s) do
-    if is_h(f) then out[#out + 1] = {string.sub(f, 3), v} end
-  end
-  HL = out
-  return out
-end
+local function holders() return HL end
 
 -- Fence numbers (admissions and waiters of the key): never repeat, even
 -- after Redis lost its state (they restart at Redis's clock in
@@ -145,7 +153,8 @@ end
 -- lapsed); dead waiters go when they reach the head of the queue
 -- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     local v = hv[2]
     if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
       del('h:' .. hv[1])
@@ -187,7 +196,8 @@ local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
   local pre = 'r:' .. rname .. ':'
   local n = 0
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     if string.sub(hv[1], 1, #pre) == pre then
       local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
       if i > n then n = i end
@@ -225,7 +235,11 @@ local KB
 local COLD_HOLD = 1000 -- ms (scope.c THROTTLE__COLD_HOLD_NS)
 -- The scopes, root first: {name, k, b, s, dirty, gone} (begin()).
 local SC
-local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
+local function sg(sc, f)
+  local v = sc.s[f]
+  if v == nil then return 0 end
+  return tonumber(v) or 0
+end
 local function sp(sc, f, v)
   local str = type(v) == 'number' and fmt(v) or v
   if sc.s[f] == str and not sc.gone[f] then return end
@@ -248,7 +262,7 @@ local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~
 local scope_held -- the last grant() stopped at a scope or a pool
 local function scope_gate()
   local verdict = 0
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if sg(sc, 'paused') == 1 then return 1, nil end
     local nb = sc_nb(sc)
     if nb > now then return 1, nb end
@@ -273,7 +287,7 @@ end
 -- The latest not-before of the scopes (0: none).
 local function scope_nb()
   local m = 0
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local nb = sc_nb(sc)
     if nb > m then m = nb end
   end
@@ -345,7 +359,7 @@ end
 -- the key now (scope.c throttle__scope_pool_allows_locked)?  false and,
 -- when a rate is what holds it, when time alone may allow it.
 local function pool_allows(cls, id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if is_pool(sc) then
       local full, ready = pool_full(sc, cls)
       if full then return false, ready end
@@ -382,7 +396,7 @@ end
 -- left wakes its other waiters: the next may go too.
 local function scope_take(id, v, probe)
   local pl = place_of(id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local probes = probe and sg(sc, 'episode') == 1 and (sc.s['probe'] or '0') == '0'
     if probes or is_pool(sc) then
       local rn = sg(sc, 'rate_n')
@@ -415,7 +429,7 @@ end
 local function scope_leave(id, outcome, pub_at)
   local pl = place_of(id)
   local answer = outcome >= 0 and outcome <= 4
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     -- any answer from beneath marks an existing scope answered for good
     if answer and next(sc.s) and sg(sc, 'answered') == 0 then sp(sc, 'answered', 1) end
     if sc.s['h:' .. pl] then
@@ -434,7 +448,7 @@ end
 -- A back-off published on the scope of length pub_at: true, or false
 -- when there is no such scope here (the caller publishes on the key).
 local function scope_publish(ms, pid, pub_at)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if #sc.name == pub_at then
       if ms > MAXS then ms = MAXS end
       if now + ms > sc_nb(sc) then sp(sc, 'nb', now + ms) end
@@ -454,7 +468,7 @@ end
 -- episode with no not-before, so that ONE first admission beneath goes as
 -- its probe and the others follow its answer.
 local function scope_cold(l429, l503)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if (#sc.name == l429 or #sc.name == l503) and sg(sc, 'answered') == 0 and
        sg(sc, 'episode') == 0 then
       sp(sc, 'episode', 1)
@@ -472,7 +486,7 @@ local function elig_at(i, depth)
   return (depth ~= nil and depth <= i) and '1' or '0'
 end
 local function beneath_add(id, cls, live_until, depth)
-  for i, sc in ipairs(SC) do
+  for i = 1, #SC do local sc = SC[i]
     local f = QP .. id
     local old = redis.call('HGET', sc.b, f)
     local cg = old and word(old, 5) or fmt(sg(sc, 'cancel_gen'))
@@ -482,10 +496,10 @@ local function beneath_add(id, cls, live_until, depth)
   end
 end
 local function beneath_del(id)
-  for _, sc in ipairs(SC) do redis.call('HDEL', sc.b, QP .. id) end
+  for si = 1, #SC do local sc = SC[si] redis.call('HDEL', sc.b, QP .. id) end
 end
 local function beneath_elig(id, depth)
-  for i, sc in ipairs(SC) do
+  for i = 1, #SC do local sc = SC[i]
     local old = redis.call('HGET', sc.b, QP .. id)
     if old then
       local w = words(old)
@@ -498,7 +512,7 @@ local function beneath_elig(id, depth)
   end
 end
 local function scope_canceled(id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local e = redis.call('HGET', sc.b, QP .. id)
     if e and (tonumber(word(e, 5)) or 0) < sg(sc, 'cancel_gen') then return true end
   end
@@ -524,7 +538,7 @@ local function wake_beneath() wake_list(KB) end
 -- Store the scopes that changed (called by store()); each gets the idle
 -- TTL past its not-before and its places' leases, as a key does.
 local function scope_store()
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if next(sc.dirty) or next(sc.gone) then
       sp(sc, 'key', sc.name)
       sp(sc, 'last_use', now)
@@ -613,7 +627,8 @@ local function grant(self)
   end
   local cap = cap_of()
   local nh, bf = 0, 0
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     nh = nh + 1
     if word(hv[2], 1) == '1' then bf = bf + 1 end
   end
@@ -693,7 +708,8 @@ local function store()
   local last = now
   local nb = g('nb')
   if nb > last then last = nb end
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     local lu = tonumber(word(hv[2], 6)) or 0
     if lu > last then last = lu end
   end
@@ -728,7 +744,8 @@ local MAX_RA_MS, NEED_FACTOR, MAX_WORK_US = 604800000, 20, 2 ^ 64
 
 -- A stored integer in lo..hi, or nil (absent counts as 0).
 local function in_range(f, lo, hi)
-  local v = tonumber(s[f] or '0')
+  local v = s[f]
+  if v == nil then v = 0 else v = tonumber(v) end
   if v == nil or not (v >= lo and v <= hi) then return nil end
   return math.floor(v)
 end
@@ -738,12 +755,16 @@ end
 -- out of range resets as the design's table says, the cap never exceeds
 -- the bound, R never exceeds 7 days (so the price of a raise stays a
 -- finite number of ms), the learned time never lies ahead.
+local function learned_cap() -- the cap, its bound, auto_max
+  local max = in_range('auto_max', 0, SLOTS) or 0
+  local bound = max >= 1 and max or SLOTS
+  local cap = in_range('auto_cap', 1, SLOTS) or 1
+  if cap > bound then cap = bound end
+  return cap, bound, max
+end
 local function learned()
   local L = {}
-  L.max = in_range('auto_max', 0, SLOTS) or 0
-  L.bound = L.max >= 1 and L.max or SLOTS
-  L.cap = in_range('auto_cap', 1, SLOTS) or 1
-  if L.cap > L.bound then L.cap = L.bound end
+  L.cap, L.bound, L.max = learned_cap()
   L.good = in_range('auto_good', 0, SLOTS) or 0
   if L.good > L.bound then L.good = L.bound end
   L.fail = in_range('auto_fail_cap', 0, SLOTS) or 0
@@ -804,6 +825,11 @@ end
 -- fixed cap is set.
 local function learn(outcome, concurrent, others, hold_ms, ra_ms)
   if g('fixed_cap') ~= 0 then return end
+  -- (the common case, a success below the cap, decided before the rest
+  -- of the learned state is read)
+  if outcome ~= 1 and (outcome ~= 0 or concurrent < learned_cap()) then
+    return
+  end
   local L = learned()
   local k = concurrent > 0 and concurrent - 1 or 0
   if others > k and others < SLOTS then k = others end
@@ -850,7 +876,7 @@ local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
   'share_set', 'share'}
 local function settings_of(h)
   local v = {}
-  for i, f in ipairs(SETTINGS) do
+  for i = 1, #SETTINGS do local f = SETTINGS[i]
     local x = h[f]
     v[i] = x == nil and '0' or fmt(tonumber(x) or 0) -- most are never set
   end
@@ -859,14 +885,14 @@ end
 -- two values: the last elements of a reply
 local function settings()
   local sc = {}
-  for i, x in ipairs(SC) do sc[i] = settings_of(x.s) end
+  for i = 1, #SC do local x = SC[i] sc[i] = settings_of(x.s) end
   return settings_of(s), table.concat(sc, ';')
 end
 -- 1 when admission id is the probe of its key's episode or of a scope's
 -- (gate.c: throttle_ticket_is_probe())
 local function probe_of(id)
   if s['probe'] == id then return 1 end
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if sc.s['probe'] == place_of(id) then return 1 end
   end
   return 0
@@ -874,8 +900,9 @@ end
 
 -- ---- one call's state -----------------------------------------------------
 -- Every per-call local above, set anew: Redis's clock, the key names and
--- common arguments, the key's state hash and its scopes' (read whole),
--- the dead places of the scopes reaped, and a key new to a scope seeded.
+-- common arguments, the key's state hash and holder list and its scopes'
+-- hashes (read whole), the dead places of the scopes reaped, and a key
+-- new to a scope seeded.
 local function begin(KEYS, ARGV)
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -885,12 +912,23 @@ local function begin(KEYS, ARGV)
   MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
   MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
   NAME = ARGV[4]
-  s, dirty, gone, HL = {}, {}, {}, nil
+  -- the hash and its holder list, in one walk of the reply
+  s, dirty, gone, HL = {}, {}, {}, {}
   local a = redis.call('HGETALL', K)
-  for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
+  for i = 1, #a, 2 do
+    local f, v = a[i], a[i + 1]
+    s[f] = v
+    if is_h(f) then HL[#HL + 1] = {string.sub(f, 3), v} end
+  end
   K_NEW = next(s) == nil
   scope_held, pending, queue_empty, touched = false, nil, false, {[K] = true}
 
+  -- The scopes' hashes.  Places of dead holders (liveness or lease
+  -- lapsed) go, as reap() does for a key's own holders; a probe's place
+  -- gone lets the next probe go.  The dead are listed first and dropped
+  -- after the walk: a script that failed on a table changed while it is
+  -- walked ('invalid key to next') would fail the same way on every
+  -- later call.
   KB, SC = KEYS[5], {}
   local at, j = 2, 6
   while KEYS[j + 1] do
@@ -899,32 +937,25 @@ local function begin(KEYS, ARGV)
     local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
                 b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
     a = redis.call('HGETALL', sc.k)
-    for i = 1, #a, 2 do sc.s[a[i]] = a[i + 1] end
-    SC[#SC + 1] = sc
-    at = pos + 1
-    j = j + 2
-  end
-
-  -- Places of dead holders (liveness or lease lapsed) go, as reap() does
-  -- for a key's own holders; a probe's place gone lets the next probe go.
-  -- The dead are listed first and dropped after the walk: a table walked
-  -- by pairs() must not gain fields meanwhile ('invalid key to next'), and
-  -- a script that fails here would fail the same way on every later call.
-  for _, sc in ipairs(SC) do
     local dead = {}
-    for f, v in pairs(sc.s) do
-      if string.sub(f, 1, 2) == 'h:' then
-        if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
-          dead[#dead + 1] = f
-        end
+    for i = 1, #a, 2 do
+      local f, v = a[i], a[i + 1]
+      sc.s[f] = v
+      if is_h(f) and ((tonumber(word(v, 5)) or 0) < now or
+                      (tonumber(word(v, 6)) or 0) < now) then
+        dead[#dead + 1] = f
       end
     end
-    for _, f in ipairs(dead) do
+    for di = 1, #dead do
+      local f = dead[di]
       sdel(sc, f)
       sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
       if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
       sc.wake = true
     end
+    SC[#SC + 1] = sc
+    at = pos + 1
+    j = j + 2
   end
 
   PK = nil

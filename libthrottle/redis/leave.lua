@@ -17,7 +17,8 @@ local plain = ARGV[9] == 'pub' or heal
 local pub_at = tonumber(ARGV[10] or '') or #NAME
 if id == '-' then
   local token = ARGV[11] or ''
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     if word(hv[2], 11) == token then id = hv[1] end
   end
   if id == '-' then
@@ -36,8 +37,7 @@ end
 local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
-  local w = words(v)
-  local concurrent = tonumber(w[3]) or 0
+  local concurrent = tonumber(word(v, 3)) or 0
   local others = #holders() - 1
   del('h:' .. id)
   local was_probe = s['probe'] == id
@@ -49,7 +49,7 @@ if v then
   -- the learned cap (common.lua learn); a hostile holder record counts
   -- as granted alone, held for no time
   if not (concurrent >= 0 and concurrent <= SLOTS) then concurrent = 0 end
-  local since = tonumber(w[4]) or now
+  local since = tonumber(word(v, 4)) or now
   if not (since >= 0 and since <= now) then since = now end
   learn(outcome, concurrent, others, now - since, ms)
 end
