@@ -779,10 +779,15 @@ local function learned()
   return L
 end
 
+-- A learned field of value 0 is kept as no field (in_range reads an
+-- absent one as 0): the hash every call reads whole stays small.
+local function pz(f, v)
+  if v ~= 0 then p(f, v) elseif s[f] ~= nil then del(f) end
+end
 local function store_learned(L)
-  p('auto_cap', L.cap); p('auto_good', L.good); p('auto_fail_cap', L.fail)
-  p('auto_fails', L.fails); p('auto_max', L.max); p('auto_ra_ms', L.ra)
-  p('auto_work_us', L.work); p('auto_learned', L.learned)
+  pz('auto_cap', L.cap); pz('auto_good', L.good); pz('auto_fail_cap', L.fail)
+  pz('auto_fails', L.fails); pz('auto_max', L.max); pz('auto_ra_ms', L.ra)
+  pz('auto_work_us', L.work); pz('auto_learned', L.learned)
   -- the fields of the rule before this one
   if s['auto_ssthresh'] then del('auto_ssthresh') end
   if s['auto_oks'] then del('auto_oks') end
