@@ -7,8 +7,9 @@
  * with replicas if wanted): a Cluster is refused (see Keys).
  *
  * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
- * place that lists them).  Each operation is one Lua script, so a rule
- * that needs several reads and writes runs atomically on the server:
+ * place that lists them).  Each operation is one Lua script (see
+ * Scripts), so a rule that needs several reads and writes runs
+ * atomically on the server:
  *   - not-before only moves later: max(current, now + min(delay, the
  *     caller's host segment's max delay)); a reader clamps a stored value
  *     to its own max delay without rewriting it (gate_enter.c publish / table.c
@@ -110,6 +111,23 @@
  * probe, or its place in a pool) is a holder field of it, h:KEY#FENCE.
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
+ *
+ * Scripts.  The .lua files are built (Makefile) into two forms of the
+ * same code: a Redis Functions library (Redis 7: common.lua's helpers
+ * defined once when the library loads, one function per operation, each
+ * calling common.lua's begin() first, which sets up the call's state),
+ * named libthrottle_DIGEST after a digest of its text, its functions
+ * thr_DIGEST_OP, so that two versions of the module share a server
+ * without calling each other's; and one script per operation, common.lua
+ * in front of it, for EVALSHA.  A call is FCALL; "Function not found" (a
+ * restart empty, a failover to a server without it, FUNCTION FLUSH) loads
+ * the library (FUNCTION LOAD REPLACE) and calls again, once.  A server
+ * without Functions ("unknown command": before 7, a proxy) or a user who
+ * may not use them (NOPERM) gets EVALSHA, with EVAL on NOSCRIPT, for the
+ * handle's life (redis_conn.c eval_keys).  Why: a script called by
+ * EVALSHA runs its whole text at each call, and making common.lua's
+ * hundred helpers anew was about a quarter of an admission's cost on the
+ * server (bench/bench_redis.c).
  *
  * Faults (docs/FAILURE-MODEL.md, Across hosts): an error reply is that
  * call's diagnostic, not an outage; a connection the server closed while
