@@ -78,6 +78,10 @@ local function del(f)
   s[f] = nil; dirty[f] = nil; gone[f] = true
 end
 local function inc(f) p(f, g(f) + 1) end
+-- A field whose 0 (or '0') every reader takes an absent one for (the
+-- probe, the episode, the learned cap's fields) is not stored at 0: the
+-- hash every call reads whole stays small.
+local function zero(f) if s[f] ~= nil then del(f) end end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
@@ -159,7 +163,7 @@ local function reap()
     if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
       del('h:' .. hv[1])
       inc('reclaims')
-      if s['probe'] == hv[1] then p('probe', '0') end
+      if s['probe'] == hv[1] then zero('probe') end
     end
   end
   redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
@@ -248,6 +252,7 @@ local function sp(sc, f, v)
   sc.gone[f] = nil
 end
 local function sdel(sc, f) sc.s[f] = nil; sc.dirty[f] = nil; sc.gone[f] = true end
+local function szero(sc, f) if sc.s[f] ~= nil then sdel(sc, f) end end -- zero()
 local function place_of(id) return NAME .. '#' .. id end
 local function sc_nb(sc)
   local nb = sg(sc, 'nb')
@@ -276,7 +281,7 @@ local function scope_gate()
         local hold_end = (tonumber(word(pv, 4)) or 0) + COLD_HOLD
         if hold_end > now then return 1, hold_end end
       else
-        if pr ~= '0' then sp(sc, 'probe', '0') end
+        if pr ~= '0' then szero(sc, 'probe') end
         verdict = 2
       end
     end
@@ -437,9 +442,9 @@ local function scope_leave(id, outcome, pub_at)
       sc.wake = true
     end
     if sc.s['probe'] == pl then
-      sp(sc, 'probe', '0')
+      szero(sc, 'probe')
       local here = outcome >= 1 and outcome <= 3 and pub_at == #sc.name
-      if answer and not here and sc_nb(sc) <= now then sp(sc, 'episode', 0) end
+      if answer and not here and sc_nb(sc) <= now then szero(sc, 'episode') end
       sc.wake = true
     end
   end
@@ -623,7 +628,7 @@ local function grant(self)
   if sv == 1 then scope_held = true; return snext end
   local probe = s['probe'] or '0'
   if probe ~= '0' and not hget(probe) then
-    p('probe', '0'); probe = '0'
+    zero('probe'); probe = '0'
   end
   local cap = cap_of()
   local nh, bf = 0, 0
@@ -779,11 +784,7 @@ local function learned()
   return L
 end
 
--- A learned field of value 0 is kept as no field (in_range reads an
--- absent one as 0): the hash every call reads whole stays small.
-local function pz(f, v)
-  if v ~= 0 then p(f, v) elseif s[f] ~= nil then del(f) end
-end
+local function pz(f, v) if v ~= 0 then p(f, v) else zero(f) end end
 local function store_learned(L)
   pz('auto_cap', L.cap); pz('auto_good', L.good); pz('auto_fail_cap', L.fail)
   pz('auto_fails', L.fails); pz('auto_max', L.max); pz('auto_ra_ms', L.ra)
@@ -955,7 +956,7 @@ local function begin(KEYS, ARGV)
       local f = dead[di]
       sdel(sc, f)
       sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
-      if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
+      if sc.s['probe'] == string.sub(f, 3) then szero(sc, 'probe') end
       sc.wake = true
     end
     SC[#SC + 1] = sc

@@ -42,9 +42,9 @@ if v then
   del('h:' .. id)
   local was_probe = s['probe'] == id
   if was_probe then
-    p('probe', '0')
+    zero('probe')
     for _, x in ipairs(redis.call('ZRANGE', X, 0, -1)) do push(x) end
-    if outcome == 0 then p('episode', 0) end
+    if outcome == 0 then zero('episode') end
   end
   -- the learned cap (common.lua learn); a hostile holder record counts
   -- as granted alone, held for no time
