@@ -95,7 +95,7 @@ local function fence()
   if c < now_us then c = now_us end
   c = c + 1
   p('seq', c)
-  return fmt(c)
+  return s['seq'] -- fmt(c), as p() stored it
 end
 
 local function words(v)
@@ -920,11 +920,12 @@ local function begin(KEYS, ARGV)
   NAME = ARGV[4]
   -- the hash and its holder list, in one walk of the reply
   s, dirty, gone, HL = {}, {}, {}, {}
-  local a = redis.call('HGETALL', K)
+  local a, byte = redis.call('HGETALL', K), string.byte
   for i = 1, #a, 2 do
     local f, v = a[i], a[i + 1]
     s[f] = v
-    if is_h(f) then HL[#HL + 1] = {string.sub(f, 3), v} end
+    local b1, b2 = byte(f, 1, 2) -- is_h(f), inline: once per field
+    if b1 == 104 and b2 == 58 then HL[#HL + 1] = {string.sub(f, 3), v} end
   end
   K_NEW = next(s) == nil
   scope_held, pending, queue_empty, touched = false, nil, false, {[K] = true}
@@ -944,11 +945,13 @@ local function begin(KEYS, ARGV)
                 b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
     a = redis.call('HGETALL', sc.k)
     local dead = {}
+    local ss = sc.s
     for i = 1, #a, 2 do
       local f, v = a[i], a[i + 1]
-      sc.s[f] = v
-      if is_h(f) and ((tonumber(word(v, 5)) or 0) < now or
-                      (tonumber(word(v, 6)) or 0) < now) then
+      ss[f] = v
+      local b1, b2 = byte(f, 1, 2)
+      if b1 == 104 and b2 == 58 and ((tonumber(word(v, 5)) or 0) < now or
+                                     (tonumber(word(v, 6)) or 0) < now) then
         dead[#dead + 1] = f
       end
     end
