@@ -10,10 +10,14 @@
  *                 goal <= 3 x PING
  *   enter+leave   the pair, as a ratio to one PING
  *   server cost   Redis CPU per enter and per leave script (INFO
- *                 commandstats, EVALSHA usec per call) as a ratio to a
+ *                 commandstats, usec per call of FCALL and EVALSHA
+ *                 together: the module calls its Functions library where
+ *                 the server has one, EVALSHA otherwise) as a ratio to a
  *                 minimal script (HGETALL + HSET of one hash) run in the
- *                 same server; goal <= 5 x each
- *   per look      Redis CPU per look of a waiting caller (EVALSHA usec per
+ *                 same server the same way: a minimal function by FCALL
+ *                 when the module used FCALL, else a minimal EVALSHA
+ *                 script (both are printed); goal <= 5 x each
+ *   per look      Redis CPU per look of a waiting caller (usec per script
  *                 call while 20, 200 and 800 callers wait on a held key of
  *                 cap 1); goal: flat in the number of waiters
  *
@@ -67,7 +71,8 @@ static double ping_ns(redisContext *c) {
 /* Client commands counted by the server so far (scripts' own calls are
  * not client commands and are left out). */
 static long long client_calls(redisContext *c) {
-  static const char *const cmds[] = {"evalsha", "eval", "blpop", "script"};
+  static const char *const cmds[] = {"fcall",  "function", "evalsha",
+                                     "eval",   "blpop",    "script"};
   redisReply *r = redisCommand(c, "INFO commandstats");
   long long n = 0;
   if (r == NULL || r->type != REDIS_REPLY_STRING) {
@@ -85,28 +90,51 @@ static long long client_calls(redisContext *c) {
   return n;
 }
 
-/* EVALSHA's calls and usec so far (INFO commandstats). */
-static void evalsha_stats(redisContext *c, double *calls, double *usec) {
+/* The calls and usec so far of one command (INFO commandstats), added to
+ * *calls and *usec. */
+static void add_stats(const char *info, const char *cmd, double *calls,
+                      double *usec) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(info, pat);
+  if (p != NULL) {
+    *calls += atof(p + strlen(pat));
+    const char *u = strstr(p, "usec=");
+    if (u != NULL)
+      *usec += atof(u + 5);
+  }
+}
+
+/* Script calls (FCALL and EVALSHA) and their usec so far. */
+static void script_stats(redisContext *c, double *calls, double *usec) {
   redisReply *r = redisCommand(c, "INFO commandstats");
   if (r == NULL || r->type != REDIS_REPLY_STRING) {
     fprintf(stderr, "bench_redis: INFO failed\n");
     exit(1);
   }
-  const char *p = strstr(r->str, "cmdstat_evalsha:calls=");
   *calls = *usec = 0;
-  if (p != NULL) {
-    *calls = atof(p + strlen("cmdstat_evalsha:calls="));
-    const char *u = strstr(p, "usec=");
-    if (u != NULL)
-      *usec = atof(u + 5);
-  }
+  add_stats(r->str, "fcall", calls, usec);
+  add_stats(r->str, "evalsha", calls, usec);
   freeReplyObject(r);
 }
 
-/* Server usec per EVALSHA since the last call (state in *c0, *u0). */
+/* FCALL calls so far (did the module use its Functions library?). */
+static double fcalls(redisContext *c) {
+  redisReply *r = redisCommand(c, "INFO commandstats");
+  if (r == NULL || r->type != REDIS_REPLY_STRING) {
+    fprintf(stderr, "bench_redis: INFO failed\n");
+    exit(1);
+  }
+  double calls = 0, usec = 0;
+  add_stats(r->str, "fcall", &calls, &usec);
+  freeReplyObject(r);
+  return calls;
+}
+
+/* Server usec per script call since the last call (state in *c0, *u0). */
 static double per_call(redisContext *c, double *c0, double *u0) {
   double c1, u1;
-  evalsha_stats(c, &c1, &u1);
+  script_stats(c, &c1, &u1);
   double v = c1 > *c0 ? (u1 - *u0) / (c1 - *c0) : 0;
   *c0 = c1;
   *u0 = u1;
@@ -115,25 +143,32 @@ static double per_call(redisContext *c, double *c0, double *u0) {
 
 static void die(throttle_t *h, const char *what, int rc);
 
-/* The minimal script: one hash read whole and one field written. */
-static double minimal_us(redisContext *c) {
-  redisReply *r = redisCommand(
-      c, "SCRIPT LOAD %s",
-      "local a = redis.call('HGETALL', KEYS[1]) "
-      "redis.call('HSET', KEYS[1], 'n', ARGV[1]) return #a");
+/* The minimal script: one hash read whole and one field written, by
+ * EVALSHA (fn 0) or as a function of a library by FCALL (fn 1). */
+#define MINIMAL_BODY                                                         \
+  "local a = redis.call('HGETALL', KEYS[1]) "                               \
+  "redis.call('HSET', KEYS[1], 'n', ARGV[1]) return #a"
+static double minimal_us(redisContext *c, int fn) {
+  redisReply *r =
+      fn ? redisCommand(c, "FUNCTION LOAD REPLACE %s",
+                        "#!lua name=bench_minimal\n"
+                        "redis.register_function('bench_minimal', "
+                        "function(KEYS, ARGV) " MINIMAL_BODY " end)")
+         : redisCommand(c, "SCRIPT LOAD %s", MINIMAL_BODY);
   if (r == NULL || r->type != REDIS_REPLY_STRING) {
-    fprintf(stderr, "bench_redis: SCRIPT LOAD failed\n");
+    fprintf(stderr, "bench_redis: loading the minimal script failed\n");
     exit(1);
   }
   char sha[41];
   snprintf(sha, sizeof sha, "%s", r->str);
   freeReplyObject(r);
   double c0, u0;
-  evalsha_stats(c, &c0, &u0);
+  script_stats(c, &c0, &u0);
   for (int i = 0; i < ITERS; i++) {
-    r = redisCommand(c, "EVALSHA %s 1 bench:minimal %d", sha, i);
-    if (r == NULL) {
-      fprintf(stderr, "bench_redis: EVALSHA failed\n");
+    r = fn ? redisCommand(c, "FCALL bench_minimal 1 bench:minimal %d", i)
+           : redisCommand(c, "EVALSHA %s 1 bench:minimal %d", sha, i);
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+      fprintf(stderr, "bench_redis: the minimal script failed\n");
       exit(1);
     }
     freeReplyObject(r);
@@ -151,7 +186,7 @@ static void enter_leave_us(throttle_t *h, redisContext *c, double *enter,
   static throttle_ticket_t *tk[HELD];
   double c0, u0;
   for (int round = 0; round < 2; round++) {
-  evalsha_stats(c, &c0, &u0);
+  script_stats(c, &c0, &u0);
   for (int i = 0; i < HELD; i++) {
     char key[64];
     snprintf(key, sizeof key, "bench:ws/t%d", i);
@@ -181,7 +216,7 @@ static void *waiter(void *arg) {
 
 /* Server usec per look while n callers wait on a held key of cap 1: the
  * waiters' own looks and ITERS/4 looks that do not wait
- * (throttle_try_enter), all EVALSHA calls of the window. */
+ * (throttle_try_enter), all script calls of the window. */
 static double look_us(throttle_t *h, redisContext *c, int n) {
   throttle_ticket_t *held = NULL;
   int rc = throttle_set_max_parallel(h, "bench:look", 1);
@@ -218,7 +253,7 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
     nanosleep(&ts, NULL);
   }
   double c0, u0;
-  evalsha_stats(c, &c0, &u0);
+  script_stats(c, &c0, &u0);
   for (int i = 0; i < ITERS / 4; i++) {
     throttle_ticket_t *t = NULL;
     rc = throttle_try_enter(h, "bench:look", THROTTLE_CLASS_LIVE, &t, NULL);
@@ -326,8 +361,16 @@ int main(int argc, char **argv) {
          median(r_enter, ROUNDS));
   printf("  enter+leave / PING         %8.2f x\n", median(r_pair, ROUNDS));
 
-  double base = minimal_us(c), e_us, l_us;
+  /* the baseline called the way the module calls its scripts */
+  int fn = fcalls(c) > 0;
+  double m_eval = minimal_us(c, 0), m_fn = fn ? minimal_us(c, 1) : 0;
+  double base = fn ? m_fn : m_eval, e_us, l_us;
   enter_leave_us(h, c, &e_us, &l_us);
+  printf("  scripts called by          %s\n",
+         fn ? "FCALL (Functions library)" : "EVALSHA");
+  printf("  minimal script, EVALSHA    %8.2f us\n", m_eval);
+  if (fn)
+    printf("  minimal function, FCALL    %8.2f us\n", m_fn);
   printf("  minimal script (server)    %8.2f us\n", base);
   printf("  enter script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
          e_us, e_us / base);

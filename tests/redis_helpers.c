@@ -68,6 +68,14 @@ int th_redis_start(struct th_redis *r) {
     int n = 17;
     for (int i = 0; r->extra != NULL && r->extra[i] != NULL && n < 63; i++)
       av[n++] = r->extra[i];
+    /* a server without Functions, as before Redis 7: the module's scripts
+     * then go by EVALSHA (tests/test_redis_eval.sh) */
+    if (getenv("TH_REDIS_NO_FUNCTIONS") != NULL && n < 58) {
+      static const char *const nofn[] = {"--rename-command", "FCALL", "",
+                                         "--rename-command", "FUNCTION", ""};
+      for (int i = 0; i < 6; i++)
+        av[n++] = nofn[i];
+    }
     av[n] = NULL;
     execvp("redis-server", (char *const *)av);
     _exit(127);

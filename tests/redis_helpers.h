@@ -2,8 +2,10 @@
 /*
  * redis_helpers.h — a throw-away redis-server for one test: started on a
  * unix socket in a fresh temporary directory (--port 0: no TCP at all,
- * never 6379; no persistence), stopped by its pid.  The shell tests have
- * the same in tests/redis_lib.sh.
+ * never 6379; no persistence), stopped by its pid; with
+ * TH_REDIS_NO_FUNCTIONS set, one without Functions (FCALL and FUNCTION
+ * renamed away), as before Redis 7.  The shell tests have the same in
+ * tests/redis_lib.sh.
  */
 #ifndef THROTTLE_TEST_REDIS_HELPERS_H
 #define THROTTLE_TEST_REDIS_HELPERS_H

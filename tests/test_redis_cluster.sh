@@ -5,7 +5,7 @@
 # Redis backend against any of its nodes is refused, with a message that
 # says why (THROTTLE_EBACKEND; throttlectl exits 1, not 75: asking again
 # will not help), the handle serves from the host's segment, and nothing
-# is written to the Cluster, not even a script loaded.  Also where the
+# is written to the Cluster, not even a script or a function loaded.  Also where the
 # user may not run INFO (an ACL without it): the Cluster is still told at
 # open, before any key is touched.  The nodes and their files go at exit,
 # whatever happened (ctl_lib.sh's trap).
@@ -96,7 +96,7 @@ done
 # Nothing reached the Cluster: no key, no script run or loaded.
 for p in $CLUSTER_PORTS; do
   check "node $p: no key written" 0 "$(ccli "$p" dbsize)"
-  check "node $p: no script run" "" \
-    "$(ccli "$p" info commandstats | grep -E '^cmdstat_(eval|evalsha|script)[^:]*:calls=[1-9]')"
+  check "node $p: no script run, no function loaded" "" \
+    "$(ccli "$p" info commandstats | grep -E '^cmdstat_(eval|evalsha|script|fcall|function)[^:]*:calls=[1-9]')"
 done
 finish

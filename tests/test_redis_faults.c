@@ -6,8 +6,8 @@
  * an idle timeout that closes pooled connections, blocking commands
  * refused by an ACL, an evicting memory policy, a server that answers
  * anything, passwords and ACL users, a Cluster node, more admissions than
- * one heartbeat round used to carry, and a stall longer than a caller's
- * timeout.  A "host" is a handle on its own segment name: anything one
+ * one heartbeat round used to carry, a stall longer than a caller's
+ * timeout, and a server or a user without Functions.  A "host" is a handle on its own segment name: anything one
  * host sees of another came through Redis.  Skipped without redis-server.
  */
 #include <setjmp.h>
@@ -66,7 +66,108 @@ static long long calls_of(const char *cmd) {
   return p != NULL ? atoll(p + strlen(pat)) : 0;
 }
 
+/* The script calls Redis counted, either way they go. */
+static long long script_calls(void) {
+  return calls_of("fcall") + calls_of("evalsha") + calls_of("eval");
+}
+
+/* The count of one error prefix in INFO errorstats. */
+static long long errors_of(const char *prefix) {
+  static char buf[1 << 14];
+  const char *args[] = {"INFO", "errorstats", NULL};
+  if (th_redis_cli_out(&R, args, buf, sizeof buf) != 0)
+    fail_msg("INFO errorstats failed");
+  char pat[64];
+  snprintf(pat, sizeof pat, "errorstat_%s:count=", prefix);
+  const char *p = strstr(buf, pat);
+  return p != NULL ? atoll(p + strlen(pat)) : 0;
+}
+
+static void enter_leave(throttle_t *h, const char *key) {
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(throttle_enter(h, key, THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 /* ---- scripts ------------------------------------------------------------ */
+
+/* The scripts are the functions of one library, called by FCALL, never
+ * sent whole: loaded once, and again (once) when the server lost it (a
+ * restart empty, a failover, FUNCTION FLUSH). */
+static void test_redis_faults_functions_called_and_loaded_again(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  enter_leave(a, "k");
+  enter_leave(a, "k/t");
+  assert_int_equal(calls_of("function|load"), 1);
+  assert_true(calls_of("fcall") >= 4);
+  cli("FUNCTION", "FLUSH", NULL, NULL, NULL);
+  enter_leave(a, "k");
+  throttle_t *b = other_host(fx);
+  enter_leave(b, "k");
+  assert_int_equal(calls_of("function|load"), 2);
+  assert_int_equal(calls_of("evalsha") + calls_of("eval"), 0);
+  assert_int_equal(calls_of("script|load"), 0);
+  char out[4096];
+  const char *args[] = {"FUNCTION", "LIST", NULL};
+  assert_int_equal(th_redis_cli_out(&R, args, out, sizeof out), 0);
+  assert_true(th_contains(out, "libthrottle_"));
+  throttle_close(b);
+}
+
+/* A user who may not call Functions (an ACL written for EVALSHA), or who
+ * may call but not load them: the same scripts go by EVALSHA, and the
+ * handle does not ask again on every call. */
+static void test_redis_faults_functions_refused_evalsha(void **state) {
+  struct th_fx *fx = *state;
+  cli("ACL", "SETUSER", "default", "-fcall", NULL);
+  throttle_t *a = th_open(fx);
+  enter_leave(a, "k");
+  enter_leave(a, "k");
+  assert_int_equal(errors_of("NOPERM"), 1);
+  assert_int_equal(calls_of("script|load"), 2); /* enter's and leave's */
+  assert_true(calls_of("evalsha") >= 2);
+  cli("SCRIPT", "FLUSH", NULL, NULL, NULL); /* NOSCRIPT: loaded again */
+  enter_leave(a, "k");
+  assert_int_equal(calls_of("script|load"), 4);
+  cli("ACL", "SETUSER", "default", "+fcall", "-function");
+  throttle_t *b = other_host(fx);
+  enter_leave(b, "k");
+  enter_leave(b, "k");
+  assert_int_equal(calls_of("fcall"), 1); /* "not found", then EVALSHA */
+  assert_int_equal(calls_of("function|load"), 0);
+  assert_int_equal(th_field(b, "k", THROTTLE_FIELD_ADMITTED), 5);
+  throttle_close(b);
+}
+
+static int setup_no_functions(void **state) {
+  if (th_setup(state) != 0)
+    return -1;
+  memset(&R, 0, sizeof R);
+  static const char *const extra[] = {"--rename-command", "FCALL", "",
+                                      "--rename-command", "FUNCTION", "",
+                                      NULL};
+  R.extra = extra;
+  if (th_redis_start(&R) != 0)
+    return -1;
+  struct th_fx *fx = *state;
+  return throttle_config_set_backend(fx->cfg, R.url);
+}
+
+/* A server without Functions (before Redis 7; here FCALL and FUNCTION
+ * renamed away): "unknown command" once, then EVALSHA, with EVAL when the
+ * server does not know the script. */
+static void test_redis_faults_no_functions_evalsha(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  enter_leave(a, "k");
+  enter_leave(a, "k/t");
+  assert_int_equal(errors_of("ERR"), 1);
+  assert_int_equal(calls_of("script|load"), 2);
+  assert_true(calls_of("evalsha") >= 2);
+  assert_int_equal(th_field(a, "k", THROTTLE_FIELD_ADMITTED), 1);
+}
+
 
 struct pool_arg {
   struct th_fx *fx;
@@ -215,12 +316,12 @@ static void test_redis_faults_blocking_refused_polls_boundedly(void **state) {
   throttle_ticket_t *t = NULL, *t2 = NULL;
   assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &t), 0);
   throttle_t *b = other_host(fx);
-  long long before = calls_of("evalsha");
+  long long before = script_calls();
   uint64_t t0 = th_mono_ms();
   assert_int_equal(throttle_enter(b, "k", THROTTLE_CLASS_LIVE, 2000, &t2),
                    THROTTLE_ETIMEDOUT);
   uint64_t took = th_mono_ms() - t0;
-  long long looks = calls_of("evalsha") - before;
+  long long looks = script_calls() - before;
   printf("%lld looks in %llu ms\n", looks, (unsigned long long)took);
   /* at most about 5 a second, and a few more to arrive and give up */
   assert_true(looks <= (long long)(took / 200) + 6);
@@ -1104,7 +1205,7 @@ static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
   assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
   throttle_t *b = other_host(fx);
   throttle_ticket_t *tb = NULL, *ta = NULL;
-  /* the enter script loaded: the stalled command is its EVALSHA */
+  /* the library loaded: the stalled command is the enter's FCALL */
   assert_int_equal(throttle_enter(b, "warm", THROTTLE_CLASS_LIVE, 1000, &tb),
                    0);
   assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
@@ -1195,6 +1296,13 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_busy_redis_never_admits_beside_holder, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_functions_called_and_loaded_again, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_functions_refused_evalsha, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_faults_no_functions_evalsha,
+                                      setup_no_functions, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

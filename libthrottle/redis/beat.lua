@@ -28,7 +28,7 @@ if not v then
     ARGV[10]}, ' ')
   p('h:' .. id, rec)
   inc('reregistered')
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if sg(sc, 'fixed_cap') ~= 0 and not sc.s['h:' .. place_of(id)] then
       sp(sc, 'h:' .. place_of(id), rec)
     end
@@ -43,7 +43,7 @@ redis.call('HSET', K, 'h:' .. id, table.concat(w, ' '))
 -- has no place in (made a pool, or its cap set, while this admission was
 -- in flight) gets one now: a new cap counts what is in flight beneath it
 -- (scope.c throttle__scope_pool_set_locked), here within one heartbeat
-for _, sc in ipairs(SC) do
+for si = 1, #SC do local sc = SC[si]
   local f = 'h:' .. place_of(id)
   local pv = redis.call('HGET', sc.k, f)
   if pv then

@@ -1,5 +1,14 @@
--- common.lua: prepended to every script (see libthrottle/redis/redis.h for the
--- gate rules mirrored here).  KEYS: 1 state hash (with the holders, as
+-- common.lua: the helpers every script shares (see libthrottle/redis/redis.h
+-- for the gate rules mirrored here), and begin(KEYS, ARGV), which sets up
+-- one call's state.  Defined once: a Redis Functions library is this file
+-- and one function per script, each calling begin() first; for EVAL (a
+-- server without Functions) this file is in front of each script and
+-- begin() is called right after it (the Makefile builds both forms).  The
+-- call's state lives in the locals below, every one of them set anew by
+-- begin(), so nothing of a call survives into the next (a script runs
+-- alone and is never reentered).  No redis.call outside a call: Redis
+-- refuses them while it loads a library.
+-- KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
 -- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 beneath hash,
 -- then a state and a beneath hash per scope (see the scopes section; the
@@ -9,58 +18,74 @@
 -- own max delay ms, which bounds only what it waits out, and the most it
 -- may store for the others: its host segment's max delay), the key's name
 -- (kept in the state hash for listings).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local QP, TTL = ARGV[1], tonumber(ARGV[2])
-local MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
-MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
-local NAME = ARGV[4]
+local now, now_us, K, W, WI, X, QP, TTL, MAXD, MAXS, NAME
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
--- The state hash, read once; fields written back (or deleted) by store().
-local s, dirty, gone = {}, {}, {}
-do
-  local a = redis.call('HGETALL', K)
-  for i = 1, #a, 2 do s[a[i]] = a[i + 1] end
-end
+-- The state hash, read once by begin(); fields written back (or deleted)
+-- by store().
+local s, dirty, gone
 -- The state hash is new here: stored with 'born' (Redis's clock in us),
 -- so that a holder admitted before it (a fence below born, or no hash at
 -- all) is known to be one Redis lost (beat.lua).
-local K_NEW = next(s) == nil
-local function g(f) return tonumber(s[f] or '0') or 0 end
--- The holder list, made once a run: a write of a holder field drops it.
-local HL = nil
-local function is_h(f) return string.byte(f, 1) == 104 and string.byte(f, 2) == 58 end
+local K_NEW
+-- A field as a number (absent or no number: 0; absent is the common
+-- case, told without a call into C)
+local function g(f)
+  local v = s[f]
+  if v == nil then return 0 end
+  return tonumber(v) or 0
+end
+-- The holder list ({fence, value} each), made by begin() from the hash
+-- as read: a write of a holder field makes a new one (never changed in
+-- place: a caller may be walking the old one).
+local HL
+local function is_h(f)
+  local a, b = string.byte(f, 1, 2)
+  return a == 104 and b == 58
+end
+local function hl_set(f, v)
+  local id, out = string.sub(f, 3), {}
+  for hi = 1, #HL do local hv = HL[hi]
+    if hv[1] ~= id then out[#out + 1] = hv end
+  end
+  if v ~= nil then out[#out + 1] = {id, v} end
+  HL = out
+end
+-- A number as the hash stores it: an integer, no exponent.  '%d' prints
+-- an integral value (v % 1 == 0: not NaN nor an infinity) as '%.0f'
+-- does, at half the cost (no float conversion); zero (which may be -0),
+-- fractions and magnitudes past 2^53 go by '%.0f'.  (The libraries are read at each
+-- call: a Functions library may not use them while it loads.)
+local function fmt(v)
+  if v % 1 == 0 and v ~= 0 and v > -9007199254740992 and
+     v < 9007199254740992 then
+    return string.format('%d', v)
+  end
+  return string.format('%.0f', v)
+end
 -- A field written back by store(); one that keeps its value is not (each
 -- field Redis writes costs as much as a few Lua lines).
 local function p(f, v)
-  local str = type(v) == 'number' and string.format('%.0f', v) or v
+  local str = type(v) == 'number' and fmt(v) or v
   if s[f] == str and not gone[f] then return end
-  if HL and is_h(f) then HL = nil end
+  if is_h(f) then hl_set(f, str) end
   s[f] = str
   dirty[f] = true
   gone[f] = nil
 end
 local function del(f)
-  if HL and is_h(f) then HL = nil end
+  if is_h(f) then hl_set(f, nil) end
   s[f] = nil; dirty[f] = nil; gone[f] = true
 end
 local function inc(f) p(f, g(f) + 1) end
-local function fmt(v) return string.format('%.0f', v) end
+-- A field whose 0 (or '0') every reader takes an absent one for (the
+-- probe, the episode, the learned cap's fields) is not stored at 0: the
+-- hash every call reads whole stays small.
+local function zero(f) if s[f] ~= nil then del(f) end end
 
 -- Holders: field h:FENCE of the state hash.
 local function hget(id) return s['h:' .. id] end
-local function holders()
-  if HL then return HL end
-  local out = {}
-  for f, v in pairs(s) do
-    if is_h(f) then out[#out + 1] = {string.sub(f, 3), v} end
-  end
-  HL = out
-  return out
-end
+local function holders() return HL end
 
 -- Fence numbers (admissions and waiters of the key): never repeat, even
 -- after Redis lost its state (they restart at Redis's clock in
@@ -70,7 +95,7 @@ local function fence()
   if c < now_us then c = now_us end
   c = c + 1
   p('seq', c)
-  return fmt(c)
+  return s['seq'] -- fmt(c), as p() stored it
 end
 
 local function words(v)
@@ -78,6 +103,14 @@ local function words(v)
   for x in string.gmatch(v, '%S+') do w[#w + 1] = x end
   return w
 end
+-- words(v)[n] without the table (most readers want one field): the nth
+-- run of non-space characters, or nil
+local WORD = {}
+do
+  local skip = '^%s*'
+  for n = 1, 11 do WORD[n] = skip .. '(%S+)'; skip = skip .. '%S+%s+' end
+end
+local function word(v, n) return string.match(v, WORD[n]) end
 
 local function push(id)
   local q = QP .. id
@@ -124,12 +157,13 @@ end
 -- lapsed); dead waiters go when they reach the head of the queue
 -- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
-  for _, hv in ipairs(holders()) do
-    local w = words(hv[2])
-    if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
+    local v = hv[2]
+    if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
       del('h:' .. hv[1])
       inc('reclaims')
-      if s['probe'] == hv[1] then p('probe', '0') end
+      if s['probe'] == hv[1] then zero('probe') end
     end
   end
   redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
@@ -166,7 +200,8 @@ local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
   local pre = 'r:' .. rname .. ':'
   local n = 0
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     if string.sub(hv[1], 1, #pre) == pre then
       local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
       if i > n then n = i end
@@ -200,24 +235,15 @@ end
 -- scope (its probe, or its place in a pool) is a holder field of the
 -- scope's hash, h:KEY#FENCE, with the holder's own value: the scope's
 -- reap and lease judge it as the key's do, and beat.lua refreshes it.
-local KB = KEYS[5]
+local KB
 local COLD_HOLD = 1000 -- ms (scope.c THROTTLE__COLD_HOLD_NS)
-local SC = {}
-do
-  local at, j = 2, 6
-  while KEYS[j + 1] do
-    local pos = string.find(NAME, '/', at, true)
-    if not pos then break end
-    local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
-                b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
-    local a = redis.call('HGETALL', sc.k)
-    for i = 1, #a, 2 do sc.s[a[i]] = a[i + 1] end
-    SC[#SC + 1] = sc
-    at = pos + 1
-    j = j + 2
-  end
+-- The scopes, root first: {name, k, b, s, dirty, gone} (begin()).
+local SC
+local function sg(sc, f)
+  local v = sc.s[f]
+  if v == nil then return 0 end
+  return tonumber(v) or 0
 end
-local function sg(sc, f) return tonumber(sc.s[f] or '0') or 0 end
 local function sp(sc, f, v)
   local str = type(v) == 'number' and fmt(v) or v
   if sc.s[f] == str and not sc.gone[f] then return end
@@ -226,6 +252,7 @@ local function sp(sc, f, v)
   sc.gone[f] = nil
 end
 local function sdel(sc, f) sc.s[f] = nil; sc.dirty[f] = nil; sc.gone[f] = true end
+local function szero(sc, f) if sc.s[f] ~= nil then sdel(sc, f) end end -- zero()
 local function place_of(id) return NAME .. '#' .. id end
 local function sc_nb(sc)
   local nb = sg(sc, 'nb')
@@ -234,36 +261,13 @@ local function sc_nb(sc)
 end
 local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~= 0 end
 
--- Places of dead holders (liveness or lease lapsed) go, as reap() does
--- for a key's own holders; a probe's place gone lets the next probe go.
--- The dead are listed first and dropped after the walk: a table walked by
--- pairs() must not gain fields meanwhile ('invalid key to next'), and a
--- script that fails here would fail the same way on every later call.
-for _, sc in ipairs(SC) do
-  local dead = {}
-  for f, v in pairs(sc.s) do
-    if string.sub(f, 1, 2) == 'h:' then
-      local w = words(v)
-      if (tonumber(w[5]) or 0) < now or (tonumber(w[6]) or 0) < now then
-        dead[#dead + 1] = f
-      end
-    end
-  end
-  for _, f in ipairs(dead) do
-    sdel(sc, f)
-    sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
-    if sc.s['probe'] == string.sub(f, 3) then sp(sc, 'probe', '0') end
-    sc.wake = true
-  end
-end
-
 -- Does a scope hold the key (scope.c throttle__scope_gate_locked)?
 -- Returns 0 open, 1 held (and when time alone may open it, or nil), or 2:
 -- a scope's episode wants one probe, and the next grant beneath is it.
-local scope_held = false -- the last grant() stopped at a scope or a pool
+local scope_held -- the last grant() stopped at a scope or a pool
 local function scope_gate()
   local verdict = 0
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if sg(sc, 'paused') == 1 then return 1, nil end
     local nb = sc_nb(sc)
     if nb > now then return 1, nb end
@@ -274,10 +278,10 @@ local function scope_gate()
         -- a cold scope's first request holds the keys at most COLD_HOLD
         -- after its grant; then they go, its episode kept
         if sg(sc, 'answered') == 1 then return 1, nil end
-        local hold_end = (tonumber(words(pv)[4]) or 0) + COLD_HOLD
+        local hold_end = (tonumber(word(pv, 4)) or 0) + COLD_HOLD
         if hold_end > now then return 1, hold_end end
       else
-        if pr ~= '0' then sp(sc, 'probe', '0') end
+        if pr ~= '0' then szero(sc, 'probe') end
         verdict = 2
       end
     end
@@ -288,7 +292,7 @@ end
 -- The latest not-before of the scopes (0: none).
 local function scope_nb()
   local m = 0
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local nb = sc_nb(sc)
     if nb > m then m = nb end
   end
@@ -300,7 +304,7 @@ local function sc_places(sc)
   for f, v in pairs(sc.s) do
     if string.sub(f, 1, 2) == 'h:' then
       n = n + 1
-      if words(v)[1] == '1' then bf = bf + 1 end
+      if word(v, 1) == '1' then bf = bf + 1 end
     end
   end
   return n, bf
@@ -360,7 +364,7 @@ end
 -- the key now (scope.c throttle__scope_pool_allows_locked)?  false and,
 -- when a rate is what holds it, when time alone may allow it.
 local function pool_allows(cls, id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if is_pool(sc) then
       local full, ready = pool_full(sc, cls)
       if full then return false, ready end
@@ -382,7 +386,7 @@ local function hold_depth(cls)
     if sg(sc, 'episode') == 1 then
       local pv = (sc.s['probe'] or '0') ~= '0' and sc.s['h:' .. sc.s['probe']]
       if pv and (sg(sc, 'answered') == 1 or
-                 (tonumber(words(pv)[4]) or 0) + COLD_HOLD > now) then
+                 (tonumber(word(pv, 4)) or 0) + COLD_HOLD > now) then
         return i
       end
     end
@@ -397,7 +401,7 @@ end
 -- left wakes its other waiters: the next may go too.
 local function scope_take(id, v, probe)
   local pl = place_of(id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local probes = probe and sg(sc, 'episode') == 1 and (sc.s['probe'] or '0') == '0'
     if probes or is_pool(sc) then
       local rn = sg(sc, 'rate_n')
@@ -430,7 +434,7 @@ end
 local function scope_leave(id, outcome, pub_at)
   local pl = place_of(id)
   local answer = outcome >= 0 and outcome <= 4
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     -- any answer from beneath marks an existing scope answered for good
     if answer and next(sc.s) and sg(sc, 'answered') == 0 then sp(sc, 'answered', 1) end
     if sc.s['h:' .. pl] then
@@ -438,9 +442,9 @@ local function scope_leave(id, outcome, pub_at)
       sc.wake = true
     end
     if sc.s['probe'] == pl then
-      sp(sc, 'probe', '0')
+      szero(sc, 'probe')
       local here = outcome >= 1 and outcome <= 3 and pub_at == #sc.name
-      if answer and not here and sc_nb(sc) <= now then sp(sc, 'episode', 0) end
+      if answer and not here and sc_nb(sc) <= now then szero(sc, 'episode') end
       sc.wake = true
     end
   end
@@ -449,7 +453,7 @@ end
 -- A back-off published on the scope of length pub_at: true, or false
 -- when there is no such scope here (the caller publishes on the key).
 local function scope_publish(ms, pid, pub_at)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if #sc.name == pub_at then
       if ms > MAXS then ms = MAXS end
       if now + ms > sc_nb(sc) then sp(sc, 'nb', now + ms) end
@@ -469,7 +473,7 @@ end
 -- episode with no not-before, so that ONE first admission beneath goes as
 -- its probe and the others follow its answer.
 local function scope_cold(l429, l503)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if (#sc.name == l429 or #sc.name == l503) and sg(sc, 'answered') == 0 and
        sg(sc, 'episode') == 0 then
       sp(sc, 'episode', 1)
@@ -487,20 +491,20 @@ local function elig_at(i, depth)
   return (depth ~= nil and depth <= i) and '1' or '0'
 end
 local function beneath_add(id, cls, live_until, depth)
-  for i, sc in ipairs(SC) do
+  for i = 1, #SC do local sc = SC[i]
     local f = QP .. id
     local old = redis.call('HGET', sc.b, f)
-    local cg = old and words(old)[5] or fmt(sg(sc, 'cancel_gen'))
+    local cg = old and word(old, 5) or fmt(sg(sc, 'cancel_gen'))
     redis.call('HSET', sc.b, f, table.concat({cls, id, fmt(live_until),
       elig_at(i, depth), cg}, ' '))
     sc.touch_b = true
   end
 end
 local function beneath_del(id)
-  for _, sc in ipairs(SC) do redis.call('HDEL', sc.b, QP .. id) end
+  for si = 1, #SC do local sc = SC[si] redis.call('HDEL', sc.b, QP .. id) end
 end
 local function beneath_elig(id, depth)
-  for i, sc in ipairs(SC) do
+  for i = 1, #SC do local sc = SC[i]
     local old = redis.call('HGET', sc.b, QP .. id)
     if old then
       local w = words(old)
@@ -513,9 +517,9 @@ local function beneath_elig(id, depth)
   end
 end
 local function scope_canceled(id)
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     local e = redis.call('HGET', sc.b, QP .. id)
-    if e and (tonumber(words(e)[5]) or 0) < sg(sc, 'cancel_gen') then return true end
+    if e and (tonumber(word(e, 5)) or 0) < sg(sc, 'cancel_gen') then return true end
   end
   return false
 end
@@ -524,7 +528,7 @@ end
 local function wake_list(b)
   local a = redis.call('HGETALL', b)
   for i = 1, #a, 2 do
-    if (tonumber(words(a[i + 1])[3]) or 0) < now then
+    if (tonumber(word(a[i + 1], 3)) or 0) < now then
       redis.call('HDEL', b, a[i])
     else
       redis.call('RPUSH', a[i], 'w')
@@ -539,7 +543,7 @@ local function wake_beneath() wake_list(KB) end
 -- Store the scopes that changed (called by store()); each gets the idle
 -- TTL past its not-before and its places' leases, as a key does.
 local function scope_store()
-  for _, sc in ipairs(SC) do
+  for si = 1, #SC do local sc = SC[si]
     if next(sc.dirty) or next(sc.gone) then
       sp(sc, 'key', sc.name)
       sp(sc, 'last_use', now)
@@ -547,7 +551,7 @@ local function scope_store()
       if sg(sc, 'nb') > last then last = sg(sc, 'nb') end
       for f, v in pairs(sc.s) do
         if string.sub(f, 1, 2) == 'h:' then
-          local lu = tonumber(words(v)[6]) or 0
+          local lu = tonumber(word(v, 6)) or 0
           if lu > last then last = lu end
         end
       end
@@ -569,11 +573,12 @@ end
 -- A caller that arrives at an empty queue is tried before it is
 -- registered (no waiter records to write and delete when it is admitted
 -- at once): {id, words} or nil.
-local pending = nil
+local pending
 -- true while the queue is known to be empty (the uncontended path saw
 -- ZCARD 0 and adds nobody): oldest() then asks Redis nothing
-local queue_empty = false
-local touched = {[K] = true}
+local queue_empty
+-- the keys store() gives their TTL
+local touched
 
 -- Oldest waiting id of class cls (waiter value: cls live_until lease
 -- liveness host pid state token).  A head that is gone, canceled or dead is
@@ -623,13 +628,14 @@ local function grant(self)
   if sv == 1 then scope_held = true; return snext end
   local probe = s['probe'] or '0'
   if probe ~= '0' and not hget(probe) then
-    p('probe', '0'); probe = '0'
+    zero('probe'); probe = '0'
   end
   local cap = cap_of()
   local nh, bf = 0, 0
-  for _, hv in ipairs(holders()) do
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
     nh = nh + 1
-    if words(hv[2])[1] == '1' then bf = bf + 1 end
+    if word(hv[2], 1) == '1' then bf = bf + 1 end
   end
   local share = share_of()
   local bf_cap = 0
@@ -703,29 +709,30 @@ local function store()
   p('last_use', now)
   p('key', NAME)
   if K_NEW then p('born', now_us) end
+  -- idle TTL past the not-before and past every holder's lease
+  local last = now
+  local nb = g('nb')
+  if nb > last then last = nb end
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
+    local lu = tonumber(word(hv[2], 6)) or 0
+    if lu > last then last = lu end
+  end
+  local ttl = TTL + (last - now)
+  -- The state hash's expiry is renewed when it moved by a tenth of the
+  -- idle TTL (each call into Lua costs as much as a round trip's work);
+  -- its field exp goes with the others' write.
+  if touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
+    touched[K] = nil
+  elseif touched[K] then
+    p('exp', now + ttl)
+  end
   local args = {}
   for f, _ in pairs(dirty) do args[#args + 1] = f; args[#args + 1] = s[f] end
   if #args > 0 then redis.call('HSET', K, unpack(args)) end
   local dels = {}
   for f, _ in pairs(gone) do dels[#dels + 1] = f end
   if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
-  -- idle TTL past the not-before and past every holder's lease
-  local last = now
-  local nb = g('nb')
-  if nb > last then last = nb end
-  for _, hv in ipairs(holders()) do
-    local lu = tonumber(words(hv[2])[6]) or 0
-    if lu > last then last = lu end
-  end
-  local ttl = TTL + (last - now)
-  -- The state hash's expiry is renewed when it moved by a tenth of the
-  -- idle TTL (each call into Lua costs as much as a round trip's work).
-  if touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
-    touched[K] = nil
-  elseif touched[K] then
-    redis.call('HSET', K, 'exp', fmt(now + ttl))
-    s['exp'] = fmt(now + ttl)
-  end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
   scope_store()
 end
@@ -742,7 +749,8 @@ local MAX_RA_MS, NEED_FACTOR, MAX_WORK_US = 604800000, 20, 2 ^ 64
 
 -- A stored integer in lo..hi, or nil (absent counts as 0).
 local function in_range(f, lo, hi)
-  local v = tonumber(s[f] or '0')
+  local v = s[f]
+  if v == nil then v = 0 else v = tonumber(v) end
   if v == nil or not (v >= lo and v <= hi) then return nil end
   return math.floor(v)
 end
@@ -752,12 +760,16 @@ end
 -- out of range resets as the design's table says, the cap never exceeds
 -- the bound, R never exceeds 7 days (so the price of a raise stays a
 -- finite number of ms), the learned time never lies ahead.
+local function learned_cap() -- the cap, its bound, auto_max
+  local max = in_range('auto_max', 0, SLOTS) or 0
+  local bound = max >= 1 and max or SLOTS
+  local cap = in_range('auto_cap', 1, SLOTS) or 1
+  if cap > bound then cap = bound end
+  return cap, bound, max
+end
 local function learned()
   local L = {}
-  L.max = in_range('auto_max', 0, SLOTS) or 0
-  L.bound = L.max >= 1 and L.max or SLOTS
-  L.cap = in_range('auto_cap', 1, SLOTS) or 1
-  if L.cap > L.bound then L.cap = L.bound end
+  L.cap, L.bound, L.max = learned_cap()
   L.good = in_range('auto_good', 0, SLOTS) or 0
   if L.good > L.bound then L.good = L.bound end
   L.fail = in_range('auto_fail_cap', 0, SLOTS) or 0
@@ -772,10 +784,11 @@ local function learned()
   return L
 end
 
+local function pz(f, v) if v ~= 0 then p(f, v) else zero(f) end end
 local function store_learned(L)
-  p('auto_cap', L.cap); p('auto_good', L.good); p('auto_fail_cap', L.fail)
-  p('auto_fails', L.fails); p('auto_max', L.max); p('auto_ra_ms', L.ra)
-  p('auto_work_us', L.work); p('auto_learned', L.learned)
+  pz('auto_cap', L.cap); pz('auto_good', L.good); pz('auto_fail_cap', L.fail)
+  pz('auto_fails', L.fails); pz('auto_max', L.max); pz('auto_ra_ms', L.ra)
+  pz('auto_work_us', L.work); pz('auto_learned', L.learned)
   -- the fields of the rule before this one
   if s['auto_ssthresh'] then del('auto_ssthresh') end
   if s['auto_oks'] then del('auto_oks') end
@@ -797,12 +810,9 @@ end
 -- wins, as the segment seeds from the sibling that learned last), and a
 -- key whose hash does not exist yet copies it.  The parent's own fields
 -- are left alone, and its expiry only ever moves later.
--- The parent scope's state hash: the last scope passed (root first), if
--- it is the key's parent; nil for a key without one.
-local PK = nil
-if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
-  PK = SC[#SC].k
-end
+-- The parent scope's state hash (begin()): the last scope passed (root
+-- first), if it is the key's parent; nil for a key without one.
+local PK
 
 local function seed_record(L)
   if PK == nil or PK == K then return end
@@ -821,6 +831,11 @@ end
 -- fixed cap is set.
 local function learn(outcome, concurrent, others, hold_ms, ra_ms)
   if g('fixed_cap') ~= 0 then return end
+  -- (the common case, a success below the cap, decided before the rest
+  -- of the learned state is read)
+  if outcome ~= 1 and (outcome ~= 0 or concurrent < learned_cap()) then
+    return
+  end
   local L = learned()
   local k = concurrent > 0 and concurrent - 1 or 0
   if others > k and others < SLOTS then k = others end
@@ -860,19 +875,117 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
   store_learned(L)
 end
 
--- A key new to a scope: seeded before the script runs (stored with the
--- rest by store(); a script that stores nothing creates no key).  Its
--- own work at the cap counts from now; every copied field is bounded.
-if PK ~= nil and PK ~= K and next(s) == nil then
-  local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
-    'seed_ra_ms')
-  if v[1] then
-    s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
-    s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
-    local L = learned()
-    L.learned = now > 0 and now or 1
-    -- read for learned() only: the hash has none of them yet
-    s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
-    store_learned(L)
+-- ---- enter's reply ---------------------------------------------------------
+-- The settings of the key and of its scopes, and whether an admission
+-- is a probe (enter.lua).
+local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
+  'share_set', 'share'}
+local function settings_of(h)
+  local v = {}
+  for i = 1, #SETTINGS do local f = SETTINGS[i]
+    local x = h[f]
+    v[i] = x == nil and '0' or fmt(tonumber(x) or 0) -- most are never set
+  end
+  return table.concat(v, ' ')
+end
+-- two values: the last elements of a reply
+local function settings()
+  local sc = {}
+  for i = 1, #SC do local x = SC[i] sc[i] = settings_of(x.s) end
+  return settings_of(s), table.concat(sc, ';')
+end
+-- 1 when admission id is the probe of its key's episode or of a scope's
+-- (gate.c: throttle_ticket_is_probe())
+local function probe_of(id)
+  if s['probe'] == id then return 1 end
+  for si = 1, #SC do local sc = SC[si]
+    if sc.s['probe'] == place_of(id) then return 1 end
+  end
+  return 0
+end
+
+-- ---- one call's state -----------------------------------------------------
+-- Every per-call local above, set anew: Redis's clock, the key names and
+-- common arguments, the key's state hash and holder list and its scopes'
+-- hashes (read whole), the dead places of the scopes reaped, and a key
+-- new to a scope seeded.
+local function begin(KEYS, ARGV)
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  QP, TTL = ARGV[1], tonumber(ARGV[2])
+  MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
+  MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
+  NAME = ARGV[4]
+  -- the hash and its holder list, in one walk of the reply
+  s, dirty, gone, HL = {}, {}, {}, {}
+  local a, byte = redis.call('HGETALL', K), string.byte
+  for i = 1, #a, 2 do
+    local f, v = a[i], a[i + 1]
+    s[f] = v
+    local b1, b2 = byte(f, 1, 2) -- is_h(f), inline: once per field
+    if b1 == 104 and b2 == 58 then HL[#HL + 1] = {string.sub(f, 3), v} end
+  end
+  K_NEW = next(s) == nil
+  scope_held, pending, queue_empty, touched = false, nil, false, {[K] = true}
+
+  -- The scopes' hashes.  Places of dead holders (liveness or lease
+  -- lapsed) go, as reap() does for a key's own holders; a probe's place
+  -- gone lets the next probe go.  The dead are listed first and dropped
+  -- after the walk: a script that failed on a table changed while it is
+  -- walked ('invalid key to next') would fail the same way on every
+  -- later call.
+  KB, SC = KEYS[5], {}
+  local at, j = 2, 6
+  while KEYS[j + 1] do
+    local pos = string.find(NAME, '/', at, true)
+    if not pos then break end
+    local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
+                b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
+    a = redis.call('HGETALL', sc.k)
+    local dead = {}
+    local ss = sc.s
+    for i = 1, #a, 2 do
+      local f, v = a[i], a[i + 1]
+      ss[f] = v
+      local b1, b2 = byte(f, 1, 2)
+      if b1 == 104 and b2 == 58 and ((tonumber(word(v, 5)) or 0) < now or
+                                     (tonumber(word(v, 6)) or 0) < now) then
+        dead[#dead + 1] = f
+      end
+    end
+    for di = 1, #dead do
+      local f = dead[di]
+      sdel(sc, f)
+      sp(sc, 'reclaims', sg(sc, 'reclaims') + 1)
+      if sc.s['probe'] == string.sub(f, 3) then szero(sc, 'probe') end
+      sc.wake = true
+    end
+    SC[#SC + 1] = sc
+    at = pos + 1
+    j = j + 2
+  end
+
+  PK = nil
+  if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
+    PK = SC[#SC].k
+  end
+
+  -- A key new to a scope: seeded before the script runs (stored with the
+  -- rest by store(); a script that stores nothing creates no key).  Its
+  -- own work at the cap counts from now; every copied field is bounded.
+  if PK ~= nil and PK ~= K and K_NEW then
+    local v = redis.call('HMGET', PK, 'seed_cap', 'seed_good', 'seed_fail_cap',
+      'seed_ra_ms')
+    if v[1] then
+      s['auto_cap'], s['auto_good'] = v[1], v[2] or '0'
+      s['auto_fail_cap'], s['auto_ra_ms'] = v[3] or '0', v[4] or '0'
+      local L = learned()
+      L.learned = now > 0 and now or 1
+      -- read for learned() only: the hash has none of them yet
+      s['auto_cap'], s['auto_good'], s['auto_fail_cap'], s['auto_ra_ms'] = nil, nil, nil, nil
+      store_learned(L)
+    end
   end
 end

@@ -20,28 +20,6 @@ local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
-local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
-  'share_set', 'share'}
-local function settings_of(h)
-  local v = {}
-  for i, f in ipairs(SETTINGS) do v[i] = fmt(tonumber(h[f] or '0') or 0) end
-  return table.concat(v, ' ')
-end
--- two values: the last elements of a reply
-local function settings()
-  local sc = {}
-  for i, x in ipairs(SC) do sc[i] = settings_of(x.s) end
-  return settings_of(s), table.concat(sc, ';')
-end
--- 1 when admission id is the probe of its key's episode or of a scope's
--- (gate.c: throttle_ticket_is_probe())
-local function probe_of(id)
-  if s['probe'] == id then return 1 end
-  for _, sc in ipairs(SC) do
-    if sc.s['probe'] == place_of(id) then return 1 end
-  end
-  return 0
-end
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then
@@ -70,7 +48,7 @@ else
     end
     return {3, wid, 0, 0, settings()}
   end
-  if words(v)[7] == 'c' or scope_canceled(wid) then
+  if word(v, 7) == 'c' or scope_canceled(wid) then
     redis.call('HDEL', WI, wid)
     redis.call('ZREM', W, wid)
     beneath_del(wid)

@@ -18,7 +18,8 @@ for _, v in ipairs(redis.call('HVALS', WI)) do
   end
 end
 local hs = {}
-for _, hv in ipairs(holders()) do hs[#hs + 1] = hv[2] end
+local hl = holders()
+for hi = 1, #hl do local hv = hl[hi] hs[#hs + 1] = hv[2] end
 local probe = s['probe'] or '0'
 local out = {left, g('publishes'), g('waits'), g('waited_ms'), g('last_delay'),
   g('last_pid'), now - g('last_use'), g('clears'), #hs, cap_of(),

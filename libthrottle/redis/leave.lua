@@ -17,13 +17,14 @@ local plain = ARGV[9] == 'pub' or heal
 local pub_at = tonumber(ARGV[10] or '') or #NAME
 if id == '-' then
   local token = ARGV[11] or ''
-  for _, hv in ipairs(holders()) do
-    if words(hv[2])[11] == token then id = hv[1] end
+  local hl = holders()
+  for hi = 1, #hl do local hv = hl[hi]
+    if word(hv[2], 11) == token then id = hv[1] end
   end
   if id == '-' then
     local ws = redis.call('HGETALL', WI)
     for i = 1, #ws, 2 do
-      if words(ws[i + 1])[8] == token then
+      if word(ws[i + 1], 8) == token then
         redis.call('HDEL', WI, ws[i])
         redis.call('ZREM', W, ws[i])
         beneath_del(ws[i])
@@ -36,20 +37,19 @@ end
 local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
-  local w = words(v)
-  local concurrent = tonumber(w[3]) or 0
+  local concurrent = tonumber(word(v, 3)) or 0
   local others = #holders() - 1
   del('h:' .. id)
   local was_probe = s['probe'] == id
   if was_probe then
-    p('probe', '0')
+    zero('probe')
     for _, x in ipairs(redis.call('ZRANGE', X, 0, -1)) do push(x) end
-    if outcome == 0 then p('episode', 0) end
+    if outcome == 0 then zero('episode') end
   end
   -- the learned cap (common.lua learn); a hostile holder record counts
   -- as granted alone, held for no time
   if not (concurrent >= 0 and concurrent <= SLOTS) then concurrent = 0 end
-  local since = tonumber(w[4]) or now
+  local since = tonumber(word(v, 4)) or now
   if not (since >= 0 and since <= now) then since = now end
   learn(outcome, concurrent, others, now - since, ms)
 end

@@ -18,7 +18,7 @@ if held == 0 and left == 0 then
   local sv = scope_gate()
   if sv == 1 then
     held = 2
-    for _, sc in ipairs(SC) do if sg(sc, 'paused') == 1 then held = 1 end end
+    for si = 1, #SC do local sc = SC[si] if sg(sc, 'paused') == 1 then held = 1 end end
   end
 end
 if wid ~= '-' then

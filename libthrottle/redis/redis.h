@@ -7,8 +7,9 @@
  * with replicas if wanted): a Cluster is refused (see Keys).
  *
  * Which gate rules the scripts mirror (the .lua files in libthrottle/redis/; the one
- * place that lists them).  Each operation is one Lua script, so a rule
- * that needs several reads and writes runs atomically on the server:
+ * place that lists them).  Each operation is one Lua script (see
+ * Scripts), so a rule that needs several reads and writes runs
+ * atomically on the server:
  *   - not-before only moves later: max(current, now + min(delay, the
  *     caller's host segment's max delay)); a reader clamps a stored value
  *     to its own max delay without rewriting it (gate_enter.c publish / table.c
@@ -111,6 +112,23 @@
  * Every key has a TTL (a day past its not-before and leases by default),
  * so idle keys disappear; settings of an idle key go with it.
  *
+ * Scripts.  The .lua files are built (Makefile) into two forms of the
+ * same code: a Redis Functions library (Redis 7: common.lua's helpers
+ * defined once when the library loads, one function per operation, each
+ * calling common.lua's begin() first, which sets up the call's state),
+ * named libthrottle_DIGEST after a digest of its text, its functions
+ * thr_DIGEST_OP, so that two versions of the module share a server
+ * without calling each other's; and one script per operation, common.lua
+ * in front of it, for EVALSHA.  A call is FCALL; "Function not found" (a
+ * restart empty, a failover to a server without it, FUNCTION FLUSH) loads
+ * the library (FUNCTION LOAD REPLACE) and calls again, once.  A server
+ * without Functions ("unknown command": before 7, a proxy) or a user who
+ * may not use them (NOPERM) gets EVALSHA, with EVAL on NOSCRIPT, for the
+ * handle's life (redis_conn.c eval_keys).  Why: a script called by
+ * EVALSHA runs its whole text at each call, and making common.lua's
+ * hundred helpers anew was about a quarter of an admission's cost on the
+ * server (bench/bench_redis.c).
+ *
  * Faults (docs/FAILURE-MODEL.md, Across hosts): an error reply is that
  * call's diagnostic, not an outage; a connection the server closed while
  * idle is opened again once; every reply's shape is checked; BLPOP
@@ -207,7 +225,8 @@ struct rds {
   redisContext *pool[RDS_POOL_MAX];
   int npool;
   pid_t pid; /* owner of the pool: a forked child starts afresh */
-  char sha[RDS_NSCRIPTS][41];
+  char sha[RDS_NSCRIPTS][41]; /* EVALSHA's, once loaded */
+  _Atomic int eval_only; /* no Functions to be had: EVALSHA (redis_conn.c) */
   uint64_t down_until; /* monotonic ms; the segment serves until then */
   char down_why[512];  /* what failed then, for the calls until then */
   int cluster;         /* a Cluster node: refused for good (see below) */
@@ -295,5 +314,7 @@ void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];
+extern const char *const rds_functions[RDS_NSCRIPTS];
+extern const char rds_library[];
 
 #endif

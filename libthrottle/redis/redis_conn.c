@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * redis_conn.c — the Redis backend's connections: the URL, a small pool of
- * hiredis connections with connect and command timeouts, EVALSHA with the
- * NOSCRIPT fallback, the key names, and the "down" state that sends callers
- * to the host's segment for a while after a failure.
+ * hiredis connections with connect and command timeouts, the script calls
+ * (FCALL of the module's Functions library, loaded when the server lacks
+ * it; EVALSHA with the NOSCRIPT fallback where Functions are not to be
+ * had), the key names, and the "down" state that sends callers to the
+ * host's segment for a while after a failure.
  *
  * A connection that failed in any way is freed, never reused: after a
  * timeout its reply may still arrive and would answer the next command.
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -525,9 +528,15 @@ int rds_down(struct rds *r, redisContext *c, const char *what) {
 #define NSCOPES_MAX THROTTLE_KEY_MAX_SCOPES
 #define KEYNAME_MAX (THROTTLE__KEY_MAX * 6 + 64)
 
-/* One script call: EVALSHA, and EVAL when the server does not know the
- * script (after a restart or a failover).  NULL on a connection failure
- * (c->err set) or a script error (message set).  KEYS: the key's state
+/* One script call: FCALL of the script's function, and when the server
+ * does not know it (after a restart, a failover or a FUNCTION FLUSH) the
+ * library loaded and the call made again, once.  A server without
+ * Functions (before Redis 7, a proxy that does not pass them: "unknown
+ * command"), or a user who may not call or load them (NOPERM), gets the
+ * same script by EVALSHA, with EVAL when the server does not know it,
+ * for as long as the handle lives (redis.h, Scripts).  NULL on a
+ * connection failure (c->err set) or a script error (message set).
+ * KEYS: the key's state
  * hash, waiters, waiter records, watchers and beneath hash (common.lua),
  * then each scope's state hash and beneath hash, root first: all under
  * the key's root hash tag, so one script reads and writes them all. */
@@ -535,6 +544,39 @@ typedef char rds_keyname[KEYNAME_MAX];
 static redisReply *eval_keys(struct rds *r, redisContext *c,
                              enum rds_script s, const char *key, int argc,
                              const char **argv, rds_keyname *keys);
+
+/* The server has no Functions, or this user may not use them: an error
+ * reply that names the command unknown (Redis before 7, a proxy) or not
+ * permitted (an ACL written for EVALSHA). */
+static int no_functions(const redisReply *rep) {
+  return rep->type == REDIS_REPLY_ERROR &&
+         (strncmp(rep->str, "NOPERM", 6) == 0 ||
+          strncasecmp(rep->str, "ERR unknown command", 19) == 0);
+}
+
+/* FUNCTION LOAD REPLACE of the library (REPLACE: another process may have
+ * loaded it since this one was told it was missing).  0 loaded, or this
+ * 1: this call goes by EVAL, for good when Functions are refused
+ * (no_functions), this once on another error (an OOM refusal, say: the
+ * next call tries again); -1 on a connection failure or a reply of the
+ * wrong shape. */
+static int load_library(struct rds *r, redisContext *c) {
+  const char *load[] = {"FUNCTION", "LOAD", "REPLACE", rds_library};
+  redisReply *l = rds_command(r, c, 4, load);
+  if (l == NULL)
+    return -1;
+  int rc = 0;
+  if (l->type == REDIS_REPLY_ERROR) {
+    if (no_functions(l))
+      atomic_store(&r->eval_only, 1);
+    rc = 1;
+  } else if (l->type != REDIS_REPLY_STRING) {
+    rds_bad_reply(c, "FUNCTION LOAD", l);
+    rc = -1;
+  }
+  freeReplyObject(l);
+  return rc;
+}
 
 /* The key names are on the heap: up to 37 of 1.6 KB would take about 59 KB
  * of the caller's stack, more than some threads have; one allocation is
@@ -593,8 +635,31 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
   for (int i = 0; i < argc; i++)
     av[n++] = argv[i];
   redisReply *rep = NULL;
-  if (r->sha[s][0] && (rep = rds_command(r, c, n, av)) == NULL)
-    return NULL;
+  if (!atomic_load(&r->eval_only)) {
+    av[0] = "FCALL";
+    av[1] = rds_functions[s];
+    if ((rep = rds_command(r, c, n, av)) == NULL)
+      return NULL;
+    if (rep->type == REDIS_REPLY_ERROR &&
+        strncmp(rep->str, "ERR Function not found", 22) == 0) {
+      freeReplyObject(rep);
+      rep = NULL;
+      int loaded = load_library(r, c);
+      if (loaded < 0 ||
+          (loaded == 0 && (rep = rds_command(r, c, n, av)) == NULL))
+        return NULL;
+    } else if (no_functions(rep)) {
+      atomic_store(&r->eval_only, 1);
+      freeReplyObject(rep);
+      rep = NULL;
+    }
+  }
+  if (rep == NULL && r->sha[s][0]) {
+    av[0] = "EVALSHA";
+    av[1] = r->sha[s];
+    if ((rep = rds_command(r, c, n, av)) == NULL)
+      return NULL;
+  }
   if (rep == NULL || (rep->type == REDIS_REPLY_ERROR &&
                       strncmp(rep->str, "NOSCRIPT", 8) == 0)) {
     if (rep != NULL)

@@ -44,7 +44,7 @@ elseif what == 'cancel' then
   end
 elseif what == 'clear' then
   -- 'cleared': a host's copy published before it is never healed back
-  p('nb', 0); p('episode', 0); p('probe', '0'); inc('clears'); p('cleared', now)
+  p('nb', 0); zero('episode'); zero('probe'); inc('clears'); p('cleared', now)
 elseif what == 'wait' then
   -- a caller that had to sleep: counters only
   inc('waits'); p('waited_ms', g('waited_ms') + a)
