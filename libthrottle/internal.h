@@ -790,13 +790,13 @@ bool throttle__scope_probe_holds_locked(struct throttle__rec *s, uint64_t now,
 bool throttle__scope_probe_of_locked(throttle_t *h,
                                      const struct throttle__rec *r,
                                      uint64_t ticket);
-/* held was just granted on r: it takes a place in every pool over r (a
- * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
- * the probe of every scope of r in an episode with no probe out. */
 /* held on r takes a place in every capped pool over r, and nothing else
  * (a backend's admission kept in the segment). */
 void throttle__scope_place_locked(throttle_t *h, const struct throttle__rec *r,
                                   const struct throttle__slot *held);
+/* held was just granted on r: it takes a place in every pool over r (a
+ * scope with a cap) and, with probe (after THROTTLE__SCOPE_PROBE), becomes
+ * the probe of every scope of r in an episode with no probe out. */
 void throttle__scope_take_locked(throttle_t *h, const struct throttle__rec *r,
                                  const struct throttle__slot *held,
                                  bool probe);

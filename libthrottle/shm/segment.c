@@ -33,8 +33,8 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>

@@ -55,7 +55,7 @@ static inline bool guessed_nb(const throttle_t *h, const char *key, size_t len,
       open = false;
     if (v > *most)
       *most = v;
-    if (q == len && open && s == 0 && p > 0)
+    if (q == len && p > 0 && open) /* the key, beneath scopes */
       throttle__guess_note_scopes(h, key, len, idx, gen);
   }
   return true;
