@@ -130,6 +130,20 @@ uint32_t throttle__segment_count(throttle_t *h, const char *key) {
   return n;
 }
 
+/* throttle__lock_record() (below), with the mutex taken by lock. */
+static int record_under(throttle_t *h, int (*lock)(throttle_t *),
+                        const char *key, size_t len, uint64_t *now,
+                        struct throttle__rec **r) {
+  uint64_t hash = throttle__hash(h->seed, key, len);
+  int rc = lock(h);
+  if (rc != 0)
+    return rc;
+  *now = throttle__now_ns();
+  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
+    throttle__unlock(h);
+  return rc;
+}
+
 /* An admission the backend across hosts made, kept in the segment as a
  * holder of this process (slot->probe THROTTLE__SLOT_BY_BACKEND), with a
  * place in each capped pool above it as a grant here would take: should
@@ -143,15 +157,10 @@ uint32_t throttle__segment_count(throttle_t *h, const char *key) {
 void throttle__segment_hold_backend(throttle_t *h, throttle_ticket_t *t) {
   t->ticket = 0;
   t->slot = UINT32_MAX;
+  uint64_t now;
   struct throttle__rec *r;
-  uint64_t hash = throttle__hash(h->seed, t->key, t->len);
-  if (throttle__lock_brief(h) != 0)
+  if (record_under(h, throttle__lock_brief, t->key, t->len, &now, &r) != 0)
     return;
-  uint64_t now = throttle__now_ns();
-  if (throttle__insert_locked(h, t->key, t->len, hash, now, &r) != 0) {
-    throttle__unlock(h);
-    return;
-  }
   throttle__reap_locked(r, now);
   struct throttle__slot *s = NULL;
   uint32_t holders = 1;
@@ -238,14 +247,7 @@ int throttle__segment_clear(throttle_t *h, const char *key, size_t len) {
 
 int throttle__lock_record(throttle_t *h, const char *key, size_t len,
                           uint64_t *now, struct throttle__rec **r) {
-  uint64_t hash = throttle__hash(h->seed, key, len);
-  int rc = throttle__lock(h);
-  if (rc != 0)
-    return rc;
-  *now = throttle__now_ns();
-  if ((rc = throttle__insert_locked(h, key, len, hash, *now, r)) != 0)
-    throttle__unlock(h);
-  return rc;
+  return record_under(h, throttle__lock, key, len, now, r);
 }
 
 void throttle__segment_mirror(throttle_t *h, const char *key,
