@@ -54,16 +54,21 @@ static void cli6(const char *a, const char *b, const char *c, const char *d,
 /* A second host: its own segment, the same Redis. */
 #define other_host(fx) th_redis_other_host(fx, R.url)
 
-/* The calls Redis counted of one command (INFO commandstats). */
-static long long calls_of(const char *cmd) {
+/* The number after pat in INFO section, 0 when it is not there. */
+static long long info_count(const char *section, const char *pat) {
   static char buf[1 << 16];
-  const char *args[] = {"INFO", "commandstats", NULL};
+  const char *args[] = {"INFO", section, NULL};
   if (th_redis_cli_out(&R, args, buf, sizeof buf) != 0)
-    fail_msg("INFO commandstats failed");
-  char pat[64];
-  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+    fail_msg("INFO %s failed", section);
   const char *p = strstr(buf, pat);
   return p != NULL ? atoll(p + strlen(pat)) : 0;
+}
+
+/* The calls Redis counted of one command (INFO commandstats). */
+static long long calls_of(const char *cmd) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  return info_count("commandstats", pat);
 }
 
 /* The script calls Redis counted, either way they go. */
@@ -73,14 +78,9 @@ static long long script_calls(void) {
 
 /* The count of one error prefix in INFO errorstats. */
 static long long errors_of(const char *prefix) {
-  static char buf[1 << 14];
-  const char *args[] = {"INFO", "errorstats", NULL};
-  if (th_redis_cli_out(&R, args, buf, sizeof buf) != 0)
-    fail_msg("INFO errorstats failed");
   char pat[64];
   snprintf(pat, sizeof pat, "errorstat_%s:count=", prefix);
-  const char *p = strstr(buf, pat);
-  return p != NULL ? atoll(p + strlen(pat)) : 0;
+  return info_count("errorstats", pat);
 }
 
 static void enter_leave(throttle_t *h, const char *key) {
