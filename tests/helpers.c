@@ -546,6 +546,18 @@ int th_table_faults(throttle_t *h, char *why, size_t len) {
   return n;
 }
 
+int th_child_holds(void *p) {
+  const struct th_hold *a = p;
+  throttle_t *h = NULL;
+  TH_CHILD_CHECK(throttle_open(a->fx->cfg, &h) == 0);
+  throttle_ticket_t *t = NULL;
+  TH_CHILD_CHECK(throttle_enter(h, a->key, THROTTLE_CLASS_LIVE, 10000, &t) ==
+                 0);
+  th_send_u64(a->fd, 1);
+  for (;;)
+    pause();
+}
+
 int th_child_sits_on_mutex(void *p) {
   struct th_fx *fx = p;
   throttle_close(fx->h);

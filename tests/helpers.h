@@ -82,6 +82,15 @@ pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg);
  * takes the segment mutex and stops itself (SIGSTOP), a live owner that
  * never lets go; the test kills it. */
 int th_child_sits_on_mutex(void *fx);
+/* A child for th_spawn(fx, th_child_holds, &hold): opens hold.fx->cfg,
+ * enters hold.key (at most 10 s), writes 1 to hold.fd once admitted and
+ * holds until it is killed. */
+struct th_hold {
+  struct th_fx *fx;
+  const char *key;
+  int fd;
+};
+int th_child_holds(void *hold);
 /* Wait up to timeout_ms (a hang guard) for pid and unregister it; returns
  * its wait status.  On timeout the child is killed and the test fails. */
 int th_reap(struct th_fx *fx, pid_t pid, int timeout_ms);

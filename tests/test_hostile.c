@@ -612,26 +612,11 @@ static void set_rec_counters(struct throttle__rec *r, uint64_t v) {
       r->permanent = v;
 }
 
-struct hold_arg {
-  struct th_fx *fx;
-  const char *key;
-  int fd; /* written to once admitted, or with the enter's result */
-};
-
-static int child_holds(void *p) {
-  struct hold_arg *a = p;
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(a->fx->cfg, &h) == 0);
-  throttle_ticket_t *t = NULL;
-  TH_CHILD_CHECK(throttle_enter(h, a->key, THROTTLE_CLASS_LIVE, 10000, &t) ==
-                 0);
-  th_send_u64(a->fd, 1);
-  for (;;)
-    pause();
-}
-
+/* The children below take a struct th_hold (helpers.h), as
+ * th_child_holds does: fd is written to once admitted, or with the
+ * enter's result. */
 static int child_waits_canceled(void *p) {
-  struct hold_arg *a = p;
+  struct th_hold *a = p;
   throttle_t *h = NULL;
   TH_CHILD_CHECK(throttle_open(a->fx->cfg, &h) == 0);
   throttle_ticket_t *t = NULL;
@@ -642,7 +627,7 @@ static int child_waits_canceled(void *p) {
 }
 
 static int child_crashes_after_lock(void *p) {
-  struct hold_arg *a = p;
+  struct th_hold *a = p;
   TH_CHILD_CHECK(setenv("THROTTLE_CRASH_AT", "after-lock", 1) == 0);
   throttle_t *h = NULL;
   TH_CHILD_CHECK(throttle_open(a->fx->cfg, &h) == 0);
@@ -677,7 +662,7 @@ static void count_round(struct th_fx *fx, throttle_t *h) {
 
   /* canceled: a waiter behind a holder (cap 1), canceled */
   assert_int_equal(throttle_enter(h, k, THROTTLE_CLASS_LIVE, 2000, &t), 0);
-  struct hold_arg a = {fx, k, -1};
+  struct th_hold a = {fx, k, -1};
   pid_t w = th_spawn(fx, child_waits_canceled, &a);
   uint64_t m0 = th_mono_ms();
   while (info_field(h, k, THROTTLE_FIELD_WAITING_LIVE) == 0 &&
@@ -691,7 +676,7 @@ static void count_round(struct th_fx *fx, throttle_t *h) {
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   a.fd = fds[1];
-  pid_t holder = th_spawn(fx, child_holds, &a);
+  pid_t holder = th_spawn(fx, th_child_holds, &a);
   uint64_t one;
   assert_int_equal(th_recv_u64(fds[0], &one), 0);
   close(fds[0]);

@@ -434,21 +434,6 @@ static void test_redis_lapsed_report_frees_nothing(void **state) {
   throttle_close(b);
 }
 
-struct hold_arg {
-  struct th_fx *fx;
-  int fd;
-};
-
-static int hold_child(void *p) {
-  struct hold_arg *ha = p;
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(ha->fx->cfg, &h) == 0);
-  throttle_ticket_t *t = NULL;
-  TH_CHILD_CHECK(throttle_enter(h, "k", THROTTLE_CLASS_LIVE, 10000, &t) == 0);
-  th_send_u64(ha->fd, 1);
-  for (;;)
-    pause();
-}
 
 static void test_redis_dead_holder_reclaimed(void **state) {
   struct th_fx *fx = *state;
@@ -457,8 +442,8 @@ static void test_redis_dead_holder_reclaimed(void **state) {
   assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
-  struct hold_arg ha = {fx, fds[1]};
-  pid_t kid = th_spawn(fx, hold_child, &ha);
+  struct th_hold ha = {fx, "k", fds[1]};
+  pid_t kid = th_spawn(fx, th_child_holds, &ha);
   uint64_t v;
   assert_int_equal(th_recv_u64(fds[0], &v), 0);
   kill(kid, SIGKILL);

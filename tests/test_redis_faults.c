@@ -861,25 +861,6 @@ static void test_redis_faults_stuck_segment_makes_no_call_late(void **state) {
   assert_true(t4 - t3 < 300 + 100);
 }
 
-struct hold_arg {
-  struct th_fx *fx;
-  const char *key;
-  int fd;
-};
-
-/* Admitted (through Redis while it is up), held until killed. */
-static int hold_until_killed(void *p) {
-  struct hold_arg *ha = p;
-  throttle_t *h = NULL;
-  TH_CHILD_CHECK(throttle_open(ha->fx->cfg, &h) == 0);
-  throttle_ticket_t *t = NULL;
-  TH_CHILD_CHECK(throttle_enter(h, ha->key, THROTTLE_CLASS_LIVE, 10000, &t) ==
-                 0);
-  th_send_u64(ha->fd, 1);
-  for (;;)
-    pause();
-}
-
 /* A caller Redis admitted is kept in its host's segment as held: when
  * Redis goes away while it holds a cap-1 key, the host's segment admits
  * nobody beside it, and admits the next once it is gone (killed: its slot
@@ -890,8 +871,8 @@ static void held_through_an_outage(struct th_fx *fx, const char *capped,
   assert_int_equal(throttle_set_max_parallel(a, capped, 1), 0);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
-  struct hold_arg ha = {fx, held, fds[1]};
-  pid_t kid = th_spawn(fx, hold_until_killed, &ha);
+  struct th_hold ha = {fx, held, fds[1]};
+  pid_t kid = th_spawn(fx, th_child_holds, &ha);
   uint64_t v;
   assert_int_equal(th_recv_u64(fds[0], &v), 0);
   th_redis_stop(&R, 1);
