@@ -70,6 +70,12 @@ static uint64_t remaining(throttle_t *h, const char *key) {
   return ms;
 }
 
+/* key seen once and open now, as a loader meets it: it has a record. */
+static void seen_open(throttle_t *h, const char *key) {
+  assert_int_equal(throttle_backoff(h, key, 1), 0);
+  assert_int_equal(throttle_clear(h, key), 0);
+}
+
 /* From one buffer, first a key never seen (remembered absent), then key
  * (backed off by another process): the second is seen held. */
 static void one_buffer_two_keys(struct th_fx *fx, const char *published,
@@ -201,8 +207,7 @@ static void test_readpath_open_scopes_guess_is_the_segments(void **state) {
   struct th_fx *fx = fx_of(state);
   throttle_t *h = th_open(fx);
   const char *key = "ws/orders";
-  assert_int_equal(throttle_backoff(h, key, 1), 0);
-  assert_int_equal(throttle_clear(h, key), 0);
+  seen_open(h, key);
   assert_int_equal(throttle_wait(h, key, 0), 0); /* scopes seen open */
   assert_int_equal(throttle_wait(h, key, 0), 0);
   recreate(fx, &h, key, "ws");
@@ -217,10 +222,8 @@ static void test_readpath_remaining_sees_a_scope_closed_after(void **state) {
   struct th_fx *fx = fx_of(state);
   throttle_t *h = th_open(fx);
   const char *key = "ws/orders";
-  assert_int_equal(throttle_backoff(h, key, 1), 0);
-  assert_int_equal(throttle_clear(h, key), 0);
-  assert_int_equal(throttle_backoff(h, "ws", 1), 0);
-  assert_int_equal(throttle_clear(h, "ws"), 0);
+  seen_open(h, key);
+  seen_open(h, "ws");
   assert_int_equal(remaining(h, key), 0); /* scopes seen open: noted */
   assert_int_equal(remaining(h, key), 0); /* read alone */
   publish_elsewhere(fx, "ws");
@@ -245,8 +248,7 @@ static void test_readpath_remaining_does_not_vouch_for_a_held_scope(
   struct th_fx *fx = fx_of(state);
   throttle_t *h = th_open(fx);
   const char *key = "ws/orders";
-  assert_int_equal(throttle_backoff(h, key, 1), 0);
-  assert_int_equal(throttle_clear(h, key), 0);
+  seen_open(h, key);
   th_reap_ok(fx, th_spawn(fx, child_pauses, fx), HANG_GUARD_MS);
   assert_int_equal(remaining(h, key), 0);
   assert_int_equal(remaining(h, key), 0);
@@ -262,8 +264,7 @@ static void test_readpath_remaining_does_not_vouch_for_a_held_scope(
 static void test_readpath_two_segments_in_turn(void **state) {
   struct th_fx *fx = fx_of(state);
   throttle_t *a = th_open(fx);
-  assert_int_equal(throttle_backoff(a, "ws/orders", 1), 0);
-  assert_int_equal(throttle_clear(a, "ws/orders"), 0);
+  seen_open(a, "ws/orders");
   assert_int_equal(throttle_wait(a, "ws/orders", 0), 0); /* scopes open */
   assert_int_equal(remaining(a, "tbl"), 0);              /* absent */
   /* the other segment: the same key at the same record, its scope and
