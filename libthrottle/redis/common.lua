@@ -19,6 +19,16 @@
 -- may store for the others: its host segment's max delay), the key's name
 -- (kept in the state hash for listings).
 local now, now_us, K, W, WI, X, QP, TTL, MAXD, MAXS, NAME
+-- ARGV 3 as given; MAXD and MAXS are read from it by limits(), when a
+-- call first needs them (most calls meet no not-before and need neither)
+local LIMITS
+local function limits()
+  if not MAXD then
+    MAXD, MAXS = string.match(LIMITS, '^(%d+)/(%d+)$')
+    MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
+  end
+  return MAXD, MAXS
+end
 local SLOTS, DEFAULT_DELAY, MAX_FAILS = 32, 5000, 10
 
 -- The state hash, read once by begin(); fields written back (or deleted)
@@ -37,7 +47,9 @@ local function g(f)
 end
 -- The holder list ({fence, value} each), made by begin() from the hash
 -- as read: a write of a holder field makes a new one (never changed in
--- place: a caller may be walking the old one).
+-- place: a caller may be walking the old one), the field's entry last,
+-- where its writer may add [3]: the end of its lease as a number (else
+-- read from the value when needed).
 local HL
 local function is_h(f)
   local a, b = string.byte(f, 1, 2)
@@ -126,7 +138,7 @@ end
 
 local function clamp_nb()
   local nb = g('nb')
-  if nb > now + MAXD then nb = now + MAXD end
+  if nb > now and nb > now + limits() then nb = now + MAXD end
   return nb
 end
 
@@ -198,6 +210,13 @@ end
 -- host keeps them; 0 drops them.
 local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
+  if rsv <= 0 then -- the common case: none to keep, and none kept ('r')
+    local hl, any = holders(), false
+    for hi = 1, #hl do
+      if string.byte(hl[hi][1], 1) == 114 then any = true; break end
+    end
+    if not any then return end
+  end
   local pre = 'r:' .. rname .. ':'
   local n = 0
   local hl = holders()
@@ -256,7 +275,7 @@ local function szero(sc, f) if sc.s[f] ~= nil then sdel(sc, f) end end -- zero()
 local function place_of(id) return NAME .. '#' .. id end
 local function sc_nb(sc)
   local nb = sg(sc, 'nb')
-  if nb > now + MAXD then nb = now + MAXD end
+  if nb > now and nb > now + limits() then nb = now + MAXD end
   return nb
 end
 local function is_pool(sc) return sg(sc, 'fixed_cap') ~= 0 or sg(sc, 'rate_n') ~= 0 end
@@ -455,6 +474,7 @@ end
 local function scope_publish(ms, pid, pub_at)
   for si = 1, #SC do local sc = SC[si]
     if #sc.name == pub_at then
+      limits()
       if ms > MAXS then ms = MAXS end
       if now + ms > sc_nb(sc) then sp(sc, 'nb', now + ms) end
       sp(sc, 'episode', 1)
@@ -674,6 +694,7 @@ local function grant(self)
     p('h:' .. id, table.concat({w[1], isprobe, nh, fmt(now),
       fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6],
       w[8] or '-'}, ' '))
+    HL[#HL][3] = now + lease -- its lease's end, for store() (hl_set)
     if pending and id == pending[1] then
       pending = nil
     else
@@ -691,6 +712,7 @@ local function grant(self)
 end
 
 local function publish(ms, pid)
+  limits()
   if ms > MAXS then ms = MAXS end
   local want = now + ms
   if want > clamp_nb() then p('nb', want) end
@@ -715,7 +737,7 @@ local function store()
   if nb > last then last = nb end
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
-    local lu = tonumber(word(hv[2], 6)) or 0
+    local lu = hv[3] or tonumber(word(hv[2], 6)) or 0
     if lu > last then last = lu end
   end
   local ttl = TTL + (last - now)
@@ -827,9 +849,9 @@ end
 
 -- One admission's report (gate_learn.c throttle__learn_locked): outcome,
 -- the holders (with it) when it was granted, the holders besides it now,
--- its hold in ms, the Retry-After it reported (0 none).  Only while no
--- fixed cap is set.
-local function learn(outcome, concurrent, others, hold_ms, ra_ms)
+-- its holder value (for its hold: since when), the Retry-After it
+-- reported (0 none).  Only while no fixed cap is set.
+local function learn(outcome, concurrent, others, hv, ra_ms)
   if g('fixed_cap') ~= 0 then return end
   -- (the common case, a success below the cap, decided before the rest
   -- of the learned state is read)
@@ -850,7 +872,7 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
     end
     L.cap, L.good = to, to
     local ra = ra_ms > 0 and ra_ms or DEFAULT_DELAY
-    local mx = MAXD < MAX_RA_MS and MAXD or MAX_RA_MS
+    local mx = limits() < MAX_RA_MS and MAXD or MAX_RA_MS
     L.ra = ra < mx and ra or mx
     L.work = 0
     L.learned = now > 0 and now or 1
@@ -860,7 +882,9 @@ local function learn(outcome, concurrent, others, hold_ms, ra_ms)
   end
   -- Only a success at the cap says anything about a larger one.
   if outcome ~= 0 or concurrent < L.cap then return end
-  L.work = L.work + math.floor(hold_ms * 1000 / L.cap)
+  local since = tonumber(word(hv, 4)) or now
+  if not (since >= 0 and since <= now) then since = now end
+  L.work = L.work + math.floor((now - since) * 1000 / L.cap)
   if L.work > MAX_WORK_US then L.work = MAX_WORK_US end
   if L.cap > L.good then -- the raised cap held: price from here
     L.good, L.fails, L.work = L.cap, 0, 0
@@ -880,16 +904,25 @@ end
 -- is a probe (enter.lua).
 local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
   'share_set', 'share'}
+local UNSET = '0 0 0 0 0 0 0' -- most keys and scopes set none of them
 local function settings_of(h)
+  -- (SETTINGS, spelled out: the common case in a few instructions)
+  if h.fixed_cap == nil and h.auto_max == nil and h.paused == nil and
+     h.rate_n == nil and h.rate_period == nil and h.share_set == nil and
+     h.share == nil then
+    return UNSET
+  end
   local v = {}
   for i = 1, #SETTINGS do local f = SETTINGS[i]
     local x = h[f]
-    v[i] = x == nil and '0' or fmt(tonumber(x) or 0) -- most are never set
+    v[i] = x == nil and '0' or fmt(tonumber(x) or 0)
   end
   return table.concat(v, ' ')
 end
 -- two values: the last elements of a reply
 local function settings()
+  if #SC == 0 then return settings_of(s), '' end
+  if #SC == 1 then return settings_of(s), settings_of(SC[1].s) end
   local sc = {}
   for i = 1, #SC do local x = SC[i] sc[i] = settings_of(x.s) end
   return settings_of(s), table.concat(sc, ';')
@@ -899,7 +932,8 @@ end
 local function probe_of(id)
   if s['probe'] == id then return 1 end
   for si = 1, #SC do local sc = SC[si]
-    if sc.s['probe'] == place_of(id) then return 1 end
+    local pr = sc.s['probe']
+    if pr ~= nil and pr == place_of(id) then return 1 end
   end
   return 0
 end
@@ -911,12 +945,12 @@ end
 -- new to a scope seeded.
 local function begin(KEYS, ARGV)
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local sec, us = tonumber(t[1]), tonumber(t[2])
+  now = sec * 1000 + math.floor(us / 1000)
+  now_us = sec * 1000000 + us
   K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
   QP, TTL = ARGV[1], tonumber(ARGV[2])
-  MAXD, MAXS = string.match(ARGV[3], '^(%d+)/(%d+)$')
-  MAXD, MAXS = tonumber(MAXD), tonumber(MAXS)
+  MAXD, MAXS, LIMITS = nil, nil, ARGV[3]
   NAME = ARGV[4]
   -- the hash and its holder list, in one walk of the reply
   s, dirty, gone, HL = {}, {}, {}, {}
@@ -967,10 +1001,9 @@ local function begin(KEYS, ARGV)
     j = j + 2
   end
 
+  -- the last scope is the key's parent when no '/' follows it
   PK = nil
-  if #SC > 0 and SC[#SC].name == string.match(NAME, '^(.*)/[^/]*$') then
-    PK = SC[#SC].k
-  end
+  if #SC > 0 and not string.find(NAME, '/', at, true) then PK = SC[#SC].k end
 
   -- A key new to a scope: seeded before the script runs (stored with the
   -- rest by store(); a script that stores nothing creates no key).  Its

@@ -49,9 +49,7 @@ if v then
   -- the learned cap (common.lua learn); a hostile holder record counts
   -- as granted alone, held for no time
   if not (concurrent >= 0 and concurrent <= SLOTS) then concurrent = 0 end
-  local since = tonumber(word(v, 4)) or now
-  if not (since >= 0 and since <= now) then since = now end
-  learn(outcome, concurrent, others, now - since, ms)
+  learn(outcome, concurrent, others, v, ms)
 end
 if outcome == 1 and not plain then inc('locked') end
 if outcome == 4 then inc('permanent') end
@@ -65,6 +63,7 @@ if publish_it then
     -- it was written after Redis had the back-off, so that time is late
     -- by a round trip or a scheduling delay: a second of slack, as for
     -- the not-before above)
+    limits()
     if ms > MAXS then ms = MAXS end
     local age = tonumber(ARGV[11] or '') or 0
     if g('cleared') > 0 and now - age <= g('cleared') + 1000 then
