@@ -1177,15 +1177,10 @@ static void test_redis_faults_busy_redis_never_admits_beside_holder(
   close(fds[1]);
 }
 
-/* An enter sent into a stalled Redis runs when it resumes, after its
- * caller gave up: the admission it grants nobody holds is given back by
- * the call's token, long before the liveness bound would reclaim it. */
-static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
-  struct th_fx *fx = *state;
-  throttle_t *a = th_open(fx);
-  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
-  throttle_t *b = other_host(fx);
-  throttle_ticket_t *tb = NULL, *ta = NULL;
+/* b enters k while Redis sleeps for a second, giving up after 200 ms:
+ * its FCALL runs when Redis wakes (returns once it has). */
+static void enter_into_stall(struct th_fx *fx, throttle_t *b) {
+  throttle_ticket_t *tb = NULL;
   /* the library loaded: the stalled command is the enter's FCALL */
   assert_int_equal(throttle_enter(b, "warm", THROTTLE_CLASS_LIVE, 1000, &tb),
                    0);
@@ -1200,11 +1195,50 @@ static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
   if (rc == 0) /* the segment served it */
     assert_int_equal(throttle_leave(b, tb, THROTTLE_OUTCOME_OK, 0), 0);
   th_reap(fx, cli_pid, HANG_GUARD_MS);
+}
+
+/* An enter sent into a stalled Redis runs when it resumes, after its
+ * caller gave up: the admission it grants nobody holds is given back by
+ * the call's token, long before the liveness bound would reclaim it. */
+static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *ta = NULL;
+  enter_into_stall(fx, b);
   printf("after the stall: %lld in flight\n",
          (long long)th_field(a, "k", THROTTLE_FIELD_IN_FLIGHT));
   /* the liveness bound is 10 s: a phantom would hold the slot past 8 s */
   assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 8000, &ta), 0);
   assert_int_equal(th_field(a, "k", THROTTLE_FIELD_RECLAIMS), 0);
+  assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
+/* The same while the key is held: the enter that runs after its caller
+ * gave up queues a waiter nobody is, which the give-back removes by the
+ * call's token (through the token's index: one read, however many wait),
+ * before it could be granted the slot and hold it for nobody. */
+static void test_redis_faults_stalled_enter_leaves_no_phantom_waiter(
+    void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  throttle_ticket_t *ta = NULL;
+  assert_int_equal(throttle_set_max_parallel(a, "k", 1), 0);
+  assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &ta), 0);
+  throttle_t *b = other_host(fx);
+  enter_into_stall(fx, b);
+  /* given back within a heartbeat round or two (2.5 s each), long before
+   * the waiter's liveness (10 s) would drop it */
+  uint64_t t0 = th_mono_ms();
+  th_wait_field(a, "k", THROTTLE_FIELD_WAITING_LIVE, 0, 7000);
+  printf("phantom waiter gone after %llu ms\n",
+         (unsigned long long)(th_mono_ms() - t0));
+  assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
+  /* the slot is free for a caller, not granted to the phantom */
+  assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &ta, NULL),
+                   0);
   assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
   throttle_close(b);
 }
@@ -1274,6 +1308,9 @@ int main(int argc, char **argv) {
           test_redis_faults_stall_never_exceeds_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stalled_enter_leaves_no_phantom, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stalled_enter_leaves_no_phantom_waiter, setup,
+          teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_busy_redis_never_admits_beside_holder, setup,
           teardown),

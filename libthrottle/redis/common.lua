@@ -181,15 +181,37 @@ local function reap()
   redis.call('ZREMRANGEBYSCORE', X, '-inf', '(' .. fmt(now))
 end
 
--- Every dead waiter at once (O(N): info and settings only).
+-- The index field of a waiter's token in the waiter info hash (t:TOKEN
+-- -> its id), or nil for a record without a token: the give-back of an
+-- arrival whose caller did not hear its number finds it there (leave.lua)
+-- in one read, however many wait.  Written with the record at each look
+-- (enter.lua), dropped with it.
+local function tok_field(tok)
+  if tok and tok ~= '-' and tok ~= '' then return 't:' .. tok end
+end
+local function is_index(f)
+  local a, b = string.byte(f, 1, 2)
+  return a == 116 and b == 58
+end
+
+-- Every dead waiter at once (O(N): info and settings only), and every
+-- index whose record is gone.
 local function reap_waiters()
   local ws = redis.call('HGETALL', WI)
+  local kept = {}
   for i = 1, #ws, 2 do
-    local w = words(ws[i + 1])
-    if (tonumber(w[2]) or 0) < now then
-      redis.call('HDEL', WI, ws[i])
-      redis.call('ZREM', W, ws[i])
+    if not is_index(ws[i]) then
+      local w = words(ws[i + 1])
+      if (tonumber(w[2]) or 0) < now then
+        redis.call('HDEL', WI, ws[i])
+        redis.call('ZREM', W, ws[i])
+      else
+        kept[ws[i]] = true
+      end
     end
+  end
+  for i = 1, #ws, 2 do
+    if is_index(ws[i]) and not kept[ws[i + 1]] then redis.call('HDEL', WI, ws[i]) end
   end
 end
 
@@ -231,8 +253,15 @@ local function reserve(rsv, rname, live, host)
     local f = 'h:' .. pre .. i
     if i <= rsv then
       local old = s[f] and words(s[f])
-      p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
-        fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
+      -- kept as it is while more than half its liveness is left: every
+      -- look of the host's callers would otherwise write all of them
+      if not (old and old[3] == fmt(rsv) and
+              (tonumber(old[5]) or 0) - now > live / 2 and
+              (tonumber(old[6]) or 0) - now > live / 2) then
+        p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
+          fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0',
+          '-'}, ' '))
+      end
     elseif s[f] then
       del(f)
     end
@@ -523,6 +552,14 @@ end
 local function beneath_del(id)
   for si = 1, #SC do local sc = SC[si] redis.call('HDEL', sc.b, QP .. id) end
 end
+-- A waiter goes: its record and its token's index (tok: the record's
+-- token), its place in the queue and in the scopes' beneath hashes.
+local function waiter_del(id, tok)
+  local tf = tok_field(tok)
+  if tf then redis.call('HDEL', WI, id, tf) else redis.call('HDEL', WI, id) end
+  redis.call('ZREM', W, id)
+  beneath_del(id)
+end
 local function beneath_elig(id, depth)
   for i = 1, #SC do local sc = SC[i]
     local old = redis.call('HGET', sc.b, QP .. id)
@@ -625,12 +662,10 @@ local function oldest(cls)
     if alive then
       -- scored as the other class (a record of an earlier version)
       redis.call('ZADD', W, wscore(w[1], id), id)
+    elseif w and w[7] ~= 'c' then
+      waiter_del(id, w[8])
     else
       redis.call('ZREM', W, id)
-      if w and w[7] ~= 'c' then
-        redis.call('HDEL', WI, id)
-        beneath_del(id)
-      end
     end
   end
 end
@@ -698,9 +733,7 @@ local function grant(self)
     if pending and id == pending[1] then
       pending = nil
     else
-      redis.call('HDEL', WI, id)
-      redis.call('ZREM', W, id)
-      beneath_del(id)
+      waiter_del(id, w[8])
     end
     if id ~= self then push(id) end
     if #SC > 0 then

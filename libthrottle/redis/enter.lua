@@ -49,15 +49,20 @@ else
     return {3, wid, 0, 0, settings()}
   end
   if word(v, 7) == 'c' or scope_canceled(wid) then
-    redis.call('HDEL', WI, wid)
-    redis.call('ZREM', W, wid)
-    beneath_del(wid)
+    waiter_del(wid, word(v, 8))
     inc('canceled')
     store()
     return {2, wid, 0, 0, settings()}
   end
 end
-redis.call('HSET', WI, wid, table.concat(rec, ' '))
+do -- the record, and its token's index (common.lua tok_field)
+  local tf = tok_field(rec[8])
+  if tf then
+    redis.call('HSET', WI, wid, table.concat(rec, ' '), tf, wid)
+  else
+    redis.call('HSET', WI, wid, table.concat(rec, ' '))
+  end
+end
 local nxt = grant(wid)
 if hget(wid) then
   store()
@@ -67,9 +72,7 @@ local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
 if nxt then hint = nxt - now end
 if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
-  redis.call('HDEL', WI, wid)
-  redis.call('ZREM', W, wid)
-  beneath_del(wid)
+  waiter_del(wid, rec[8])
   grant(nil)
   store()
   -- how long until time alone could admit it (a not-before, a rate of

@@ -22,14 +22,16 @@ if id == '-' then
     if word(hv[2], 11) == token then id = hv[1] end
   end
   if id == '-' then
-    local ws = redis.call('HGETALL', WI)
-    for i = 1, #ws, 2 do
-      if word(ws[i + 1], 8) == token then
-        redis.call('HDEL', WI, ws[i])
-        redis.call('ZREM', W, ws[i])
-        beneath_del(ws[i])
+    -- its waiter, by the token's index (one read, however many wait)
+    local tf = tok_field(token)
+    local wid = tf and redis.call('HGET', WI, tf)
+    if wid then
+      local v = redis.call('HGET', WI, wid)
+      if v and word(v, 8) == token then
+        waiter_del(wid, token)
         return {2}
       end
+      redis.call('HDEL', WI, tf) -- an index whose record went without it
     end
     return {1}
   end

@@ -100,7 +100,9 @@
  *                    class is one range lookup, O(log N) per look)
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *                    token (the enter call's: a caller whose command
- *                    failed gives back by it what the command did)
+ *                    failed gives back by it what the command did), and
+ *                    t:TOKEN -> id for each, so that the give-back finds
+ *                    its waiter in one read however many wait
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
  *   thr1:{R}:b:KEY   when KEY is a scope: the waiters and watchers of the
