@@ -1025,10 +1025,12 @@ static void test_redis_faults_cancel_reaches_segment_waiters(void **state) {
 struct stall_arg {
   const char *seg;
   int fd;
+  int stay_ms; /* how long the waiter's handle stays open after its enter */
 };
 
 static int wait_through_stall(void *p) {
   struct stall_arg *sa = p;
+  int stay_ms = sa->stay_ms;
   throttle_config_t *cfg = throttle_config_new();
   TH_CHILD_CHECK(throttle_config_set_segment(cfg, sa->seg) == 0);
   TH_CHILD_CHECK(throttle_config_set_backend(cfg, R.url) == 0);
@@ -1043,37 +1045,65 @@ static int wait_through_stall(void *p) {
          (unsigned long long)took, throttle_errmsg(b));
   th_send_u64(sa->fd, took);
   TH_CHILD_CHECK(rc == THROTTLE_ETIMEDOUT);
+  th_sleep_ms(stay_ms); /* open: its heartbeat sends its give-backs */
   throttle_close(b);
   return 0;
 }
 
-static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
-  struct th_fx *fx = *state;
-  throttle_t *a = th_open(fx);
+/* A waiter of the paused key k in a child (its handle kept open stay_ms
+ * after its enter(2000) returns, *kid), that Redis stalls for 3 s after
+ * it has waited look_ms; how long its enter took. */
+static uint64_t waiter_through_stall(struct th_fx *fx, throttle_t *a,
+                                     int stay_ms, int look_ms, pid_t *kid) {
   /* paused through Redis: b waits there, and its segment (which mirrors
    * the pause) holds it too when it falls back */
   assert_int_equal(throttle_pause(a, "k"), 0);
-  const char *seg = th_extra_name(fx);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
-  struct stall_arg sa = {seg, fds[1]};
-  pid_t kid = th_spawn(fx, wait_through_stall, &sa);
-  /* b waits in Redis; then Redis stalls for longer than b's timeout */
+  struct stall_arg sa = {th_extra_name(fx), fds[1], stay_ms};
+  *kid = th_spawn(fx, wait_through_stall, &sa);
   th_wait_field(a, "k", THROTTLE_FIELD_WAITING_LIVE, 1, HANG_GUARD_MS);
+  th_sleep_ms(look_ms);
   const char *args[] = {"DEBUG", "SLEEP", "3", NULL};
   int cli_pid = th_redis_cli(&R, 1, args);
   assert_true(cli_pid > 0);
   uint64_t took = 0;
   assert_int_equal(th_recv_u64(fds[0], &took), 0);
-  th_reap_ok(fx, kid, HANG_GUARD_MS);
   th_reap(fx, cli_pid, HANG_GUARD_MS);
+  close(fds[0]);
+  close(fds[1]);
+  return took;
+}
+
+static void test_redis_faults_stall_never_exceeds_timeout(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  pid_t kid;
+  uint64_t took = waiter_through_stall(fx, a, 0, 0, &kid);
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
   printf("enter(2000) through a 3 s stall returned after %llu ms\n",
          (unsigned long long)took);
   /* (today's figure is the timeout to the ms; before, 1.25 s of Redis
    * and then the whole timeout again in the segment) */
   assert_true(took < 2000 + 500);
-  close(fds[0]);
-  close(fds[1]);
+}
+
+/* A waiter whose look failed in a stall (its number known to its
+ * caller) is given back by that number and its token once Redis answers:
+ * its place does not stand until its liveness (10 s) lapses. */
+static void test_redis_faults_stalled_waiter_given_back(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  pid_t kid;
+  /* a look after its arrival first: its number is known to it */
+  (void)waiter_through_stall(fx, a, 8000, 1200, &kid);
+  /* Redis answers again; its last look was at most 1 s before the stall,
+   * so liveness would drop the record 6 s from now at the earliest */
+  uint64_t t0 = th_mono_ms();
+  th_wait_field(a, "k", THROTTLE_FIELD_WAITING_LIVE, 0, 4500);
+  printf("waiter given back %llu ms after the stall\n",
+         (unsigned long long)(th_mono_ms() - t0));
+  th_reap_ok(fx, kid, HANG_GUARD_MS);
 }
 
 /* A Redis that answers, but late (as under load: many waiters arriving
@@ -1311,6 +1341,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stalled_enter_leaves_no_phantom_waiter, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_stalled_waiter_given_back, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_busy_redis_never_admits_beside_holder, setup,
           teardown),

@@ -184,8 +184,11 @@ end
 -- The index field of a waiter's token in the waiter info hash (t:TOKEN
 -- -> its id), or nil for a record without a token: the give-back of an
 -- arrival whose caller did not hear its number finds it there (leave.lua)
--- in one read, however many wait.  Written with the record at each look
--- (enter.lua), dropped with it.
+-- in one read, however many wait.  Written with the record of an arrival
+-- that waits (enter.lua; the record's word 9 is then 'i'), dropped with it
+-- or at the waiter's next look, which shows that its caller knows its
+-- number (a give-back then names it), so the hash keeps about one field
+-- per waiter: Redis keeps a small hash as a list it reads through.
 local function tok_field(tok)
   if tok and tok ~= '-' and tok ~= '' then return 't:' .. tok end
 end
@@ -203,7 +206,8 @@ local function reap_waiters()
     if not is_index(ws[i]) then
       local w = words(ws[i + 1])
       if (tonumber(w[2]) or 0) < now then
-        redis.call('HDEL', WI, ws[i])
+        local tf = w[9] == 'i' and tok_field(w[8])
+        if tf then redis.call('HDEL', WI, ws[i], tf) else redis.call('HDEL', WI, ws[i]) end
         redis.call('ZREM', W, ws[i])
       else
         kept[ws[i]] = true
@@ -552,10 +556,10 @@ end
 local function beneath_del(id)
   for si = 1, #SC do local sc = SC[si] redis.call('HDEL', sc.b, QP .. id) end
 end
--- A waiter goes: its record and its token's index (tok: the record's
--- token), its place in the queue and in the scopes' beneath hashes.
-local function waiter_del(id, tok)
-  local tf = tok_field(tok)
+-- A waiter goes: its record and its token's index (w: the record's
+-- words), its place in the queue and in the scopes' beneath hashes.
+local function waiter_del(id, w)
+  local tf = w[9] == 'i' and tok_field(w[8])
   if tf then redis.call('HDEL', WI, id, tf) else redis.call('HDEL', WI, id) end
   redis.call('ZREM', W, id)
   beneath_del(id)
@@ -663,7 +667,7 @@ local function oldest(cls)
       -- scored as the other class (a record of an earlier version)
       redis.call('ZADD', W, wscore(w[1], id), id)
     elseif w and w[7] ~= 'c' then
-      waiter_del(id, w[8])
+      waiter_del(id, w)
     else
       redis.call('ZREM', W, id)
     end
@@ -733,7 +737,7 @@ local function grant(self)
     if pending and id == pending[1] then
       pending = nil
     else
-      waiter_del(id, w[8])
+      waiter_del(id, w)
     end
     if id ~= self then push(id) end
     if #SC > 0 then

@@ -36,11 +36,12 @@ if fresh and redis.call('ZCARD', W) == 0 then
 end
 touched[W], touched[WI] = true, true
 reap()
+local v -- a waiter's record as its last look left it
 if fresh then
   if wid == '0' then wid = fence() end
   redis.call('ZADD', W, wscore(cls, wid), wid)
 else
-  local v = redis.call('HGET', WI, wid)
+  v = redis.call('HGET', WI, wid)
   if not v then
     store()
     if hget(wid) then
@@ -49,18 +50,20 @@ else
     return {3, wid, 0, 0, settings()}
   end
   if word(v, 7) == 'c' or scope_canceled(wid) then
-    waiter_del(wid, word(v, 8))
+    waiter_del(wid, words(v))
     inc('canceled')
     store()
     return {2, wid, 0, 0, settings()}
   end
 end
-do -- the record, and its token's index (common.lua tok_field)
+do -- the record, and an arrival's token index (common.lua tok_field)
   local tf = tok_field(rec[8])
-  if tf then
+  if fresh and not nowait and tf then
+    rec[9] = 'i'
     redis.call('HSET', WI, wid, table.concat(rec, ' '), tf, wid)
   else
     redis.call('HSET', WI, wid, table.concat(rec, ' '))
+    if not fresh and tf and word(v, 9) == 'i' then redis.call('HDEL', WI, tf) end
   end
 end
 local nxt = grant(wid)
@@ -72,7 +75,7 @@ local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
 if nxt then hint = nxt - now end
 if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
-  waiter_del(wid, rec[8])
+  waiter_del(wid, rec)
   grant(nil)
   store()
   -- how long until time alone could admit it (a not-before, a rate of

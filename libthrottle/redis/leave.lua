@@ -9,7 +9,8 @@
 -- Fence '-' and a token (ARGV 11): the give-back of an enter whose caller
 -- did not hear its answer (the command failed, it may have run since): the
 -- holder of that token leaves (ABANDONED), or its waiter record goes
--- ({2}), or nothing is found ({1}: it may not have run yet).
+-- ({2}), or nothing is found ({1}: it may not have run yet).  ARGV 12:
+-- the waiter's number when its caller had one ('0' for an arrival).
 -- 'heal' answers {3} for a copy older than the key's last clear.
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
@@ -22,16 +23,19 @@ if id == '-' then
     if word(hv[2], 11) == token then id = hv[1] end
   end
   if id == '-' then
-    -- its waiter, by the token's index (one read, however many wait)
-    local tf = tok_field(token)
-    local wid = tf and redis.call('HGET', WI, tf)
+    -- its waiter: the one the caller names (ARGV 12), else an arrival's,
+    -- by its token's index (one read each, however many wait)
+    local tf, wid, by_index = tok_field(token), ARGV[12], false
+    if not wid or wid == '0' or wid == '' then
+      wid, by_index = tf and redis.call('HGET', WI, tf), true
+    end
     if wid then
       local v = redis.call('HGET', WI, wid)
       if v and word(v, 8) == token then
-        waiter_del(wid, token)
+        waiter_del(wid, words(v))
         return {2}
       end
-      redis.call('HDEL', WI, tf) -- an index whose record went without it
+      if by_index then redis.call('HDEL', WI, tf) end -- its record went
     end
     return {1}
   end

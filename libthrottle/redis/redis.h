@@ -101,8 +101,9 @@
  *   thr1:{R}:wi:KEY  waiter records: id -> class live_until ... state
  *                    token (the enter call's: a caller whose command
  *                    failed gives back by it what the command did), and
- *                    t:TOKEN -> id for each, so that the give-back finds
- *                    its waiter in one read however many wait
+ *                    t:TOKEN -> id for an arrival until its next look,
+ *                    so that the give-back of an arrival whose caller
+ *                    never heard its number finds it in one read
  *   thr1:{R}:x:KEY   throttle_wait() watchers (zset, score = live_until)
  *   thr1:{R}:q:KEY:ID  one waiter's wake-up list (BLPOP'ed, bounded)
  *   thr1:{R}:b:KEY   when KEY is a scope: the waiters and watchers of the
@@ -180,10 +181,12 @@ struct rds_ticket {
 
 /* An enter whose caller did not hear the answer (its command failed; it
  * may run later): what it did is given back by its token (leave.lua),
- * from the heartbeat thread, until found or until `until`. */
+ * from the heartbeat thread, until found or until `until`; id is the
+ * waiter's number when the caller had one ("0": an arrival). */
 struct rds_giveback {
   struct rds_giveback *next;
   char token[48];
+  char id[32];
   pid_t pid;      /* whose: a forked child sends only its own */
   uint64_t until; /* monotonic ms */
   char key[THROTTLE__KEY_MAX + 1];
@@ -311,7 +314,8 @@ unsigned rds_notice(struct rds *r, char *buf, size_t len);
  * works through. */
 void rds_hold(struct rds *r, struct rds_ticket *t);
 void rds_unhold(struct rds *r, struct rds_ticket *t);
-void rds_give_back(struct rds *r, const char *key, const char *token);
+void rds_give_back(struct rds *r, const char *key, const char *token,
+                   const char *id);
 void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */

@@ -38,8 +38,8 @@ static void give_back_round(struct rds *r, redisContext **c) {
     if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
       char len[16];
       snprintf(len, sizeof len, "%zu", strlen(g.key));
-      const char *av[] = {"-", "6", "0", pid, "", len, g.token};
-      redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 7, av);
+      const char *av[] = {"-", "6", "0", pid, "", len, g.token, g.id};
+      redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 8, av);
       if (rep != NULL) {
         done = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
                rep->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -212,11 +212,13 @@ void rds_hold(struct rds *r, struct rds_ticket *t) {
  * caller hearing it: given back from the heartbeat thread, for as long as
  * a waiter or holder record of it could live (liveness: nobody refreshes
  * it). */
-void rds_give_back(struct rds *r, const char *key, const char *token) {
+void rds_give_back(struct rds *r, const char *key, const char *token,
+                   const char *id) {
   struct rds_giveback *g = calloc(1, sizeof *g);
   if (g == NULL)
     return; /* then liveness reclaims it, as before */
   snprintf(g->token, sizeof g->token, "%s", token);
+  snprintf(g->id, sizeof g->id, "%s", id);
   snprintf(g->key, sizeof g->key, "%s", key);
   g->until = rds_mono_ms() + r->liveness_ms;
   g->pid = getpid();

@@ -556,7 +556,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     redisReply *rep = eval_as(r, c, RDS_ENTER, key, 13, av, 4);
     if (rep == NULL) {
       /* what it did, if it ran (an arrival whose number is unknown here) */
-      rds_give_back(r, key, token);
+      rds_give_back(r, key, token, id);
       int rc = failed(r, &c, "enter", key, nowait ? UINT64_MAX : deadline,
                       probe_by, timeout_ms);
       if (rc != RDS_AGAIN)
@@ -577,7 +577,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
       rds_bad_reply(c, "enter", rep);
       freeReplyObject(rep);
-      rds_give_back(r, key, token);
+      rds_give_back(r, key, token, id);
       return rds_down(r, c, "enter");
     }
     elem_str(rep, 1, id, sizeof id);
@@ -641,7 +641,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                           "1", "0",  c429,  c503, token};
       rep = eval_as(r, c, RDS_ENTER, key, 11, qv, 4);
       if (rep == NULL) {
-        rds_give_back(r, key, token);
+        rds_give_back(r, key, token, id);
         return rds_down(r, c, "enter");
       }
       int granted = elem_int(rep, 0) == 0;
@@ -649,7 +649,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
         if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL) {
-          rds_give_back(r, key, token);
+          rds_give_back(r, key, token, id);
           return rds_down(r, c, "enter");
         }
         freeReplyObject(rep);
@@ -665,7 +665,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
         rds_slow();
         continue;
       }
-      rds_give_back(r, key, token); /* its queue place, or a grant meanwhile */
+      rds_give_back(r, key, token, id); /* its queue place, or a grant meanwhile */
       return rc;
     }
   }
