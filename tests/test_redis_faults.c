@@ -1250,8 +1250,7 @@ static void test_redis_faults_stalled_enter_leaves_no_phantom(void **state) {
  * gave up queues a waiter nobody is, which the give-back removes by the
  * call's token (through the token's index: one read, however many wait),
  * before it could be granted the slot and hold it for nobody. */
-static void test_redis_faults_stalled_enter_leaves_no_phantom_waiter(
-    void **state) {
+static void phantom_waiter(void **state, int close_at_once) {
   struct th_fx *fx = *state;
   throttle_t *a = th_open(fx);
   throttle_ticket_t *ta = NULL;
@@ -1259,9 +1258,15 @@ static void test_redis_faults_stalled_enter_leaves_no_phantom_waiter(
   assert_int_equal(throttle_enter(a, "k", THROTTLE_CLASS_LIVE, 1000, &ta), 0);
   throttle_t *b = other_host(fx);
   enter_into_stall(fx, b);
+  uint64_t t0 = th_mono_ms();
+  if (close_at_once) {
+    /* before its heartbeat's first round: the close gives back */
+    throttle_close(b);
+    b = NULL;
+    assert_int_equal(th_field(a, "k", THROTTLE_FIELD_WAITING_LIVE), 0);
+  }
   /* given back within a heartbeat round or two (2.5 s each), long before
    * the waiter's liveness (10 s) would drop it */
-  uint64_t t0 = th_mono_ms();
   th_wait_field(a, "k", THROTTLE_FIELD_WAITING_LIVE, 0, 7000);
   printf("phantom waiter gone after %llu ms\n",
          (unsigned long long)(th_mono_ms() - t0));
@@ -1270,7 +1275,19 @@ static void test_redis_faults_stalled_enter_leaves_no_phantom_waiter(
   assert_int_equal(throttle_try_enter(a, "k", THROTTLE_CLASS_LIVE, &ta, NULL),
                    0);
   assert_int_equal(throttle_leave(a, ta, THROTTLE_OUTCOME_OK, 0), 0);
-  throttle_close(b);
+  if (b != NULL)
+    throttle_close(b);
+}
+
+static void test_redis_faults_stalled_enter_leaves_no_phantom_waiter(
+    void **state) {
+  phantom_waiter(state, 0);
+}
+
+/* The same when the caller closes its handle at once: what its failed
+ * calls left is given back by the close, not by the liveness bound. */
+static void test_redis_faults_closed_handle_gives_back(void **state) {
+  phantom_waiter(state, 1);
 }
 
 int main(int argc, char **argv) {
@@ -1343,6 +1360,8 @@ int main(int argc, char **argv) {
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_stalled_waiter_given_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_closed_handle_gives_back, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_busy_redis_never_admits_beside_holder, setup,
           teardown),

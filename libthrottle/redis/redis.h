@@ -316,6 +316,10 @@ void rds_hold(struct rds *r, struct rds_ticket *t);
 void rds_unhold(struct rds *r, struct rds_ticket *t);
 void rds_give_back(struct rds *r, const char *key, const char *token,
                    const char *id);
+/* The give-backs still pending, sent once more by a handle that closes
+ * (its heartbeat stopped): each at most a command timeout, stopping at the
+ * first that fails; what is left waits for the liveness bound. */
+void rds_give_back_last(struct rds *r);
 void rds_reserved(struct rds *r, const char *key);
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */

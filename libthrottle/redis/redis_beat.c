@@ -23,8 +23,9 @@
  * across rounds (so the first command of a round is sent on a connection
  * that sat idle, and is retried once if the server closed it). */
 /* The give-backs (struct rds_giveback), under r->mu, which is dropped
- * around each call. */
-static void give_back_round(struct rds *r, redisContext **c) {
+ * around each call; closing: the handle's last round, which stops at the
+ * first command that fails (no connection, a timeout). */
+static void give_back_round(struct rds *r, redisContext **c, int closing) {
   char pid[16];
   snprintf(pid, sizeof pid, "%d", (int)getpid());
   for (struct rds_giveback **pp = &r->giveback; *pp != NULL;) {
@@ -34,7 +35,7 @@ static void give_back_round(struct rds *r, redisContext **c) {
       continue;
     }
     pthread_mutex_unlock(&r->mu);
-    int done = rds_mono_ms() > g.until;
+    int done = rds_mono_ms() > g.until, failed = 0;
     if (!done && (*c != NULL || (*c = rds_connect(r)) != NULL)) {
       char len[16];
       snprintf(len, sizeof len, "%zu", strlen(g.key));
@@ -45,10 +46,15 @@ static void give_back_round(struct rds *r, redisContext **c) {
                rep->element[0]->type == REDIS_REPLY_INTEGER &&
                rep->element[0]->integer != 1;
         freeReplyObject(rep);
-      } else if ((*c)->err != 0) {
-        redisFree(*c);
-        *c = NULL;
+      } else {
+        failed = 1;
+        if ((*c)->err != 0) {
+          redisFree(*c);
+          *c = NULL;
+        }
       }
+    } else if (!done) {
+      failed = 1;
     }
     pthread_mutex_lock(&r->mu);
     /* the list only grows at its head meanwhile: find the entry again */
@@ -63,7 +69,20 @@ static void give_back_round(struct rds *r, redisContext **c) {
     } else {
       pp = &(*pp)->next;
     }
+    if (failed && closing)
+      break;
   }
+}
+
+void rds_give_back_last(struct rds *r) {
+  pthread_mutex_lock(&r->mu);
+  if (r->giveback != NULL) {
+    redisContext *c = NULL;
+    give_back_round(r, &c, 1);
+    if (c != NULL)
+      redisFree(c);
+  }
+  pthread_mutex_unlock(&r->mu);
 }
 
 /* The reservations of this host's segment, kept while it holds or queues
@@ -108,7 +127,7 @@ static void reserved_round(struct rds *r, redisContext **c) {
 
 static void beat_round(struct rds *r, redisContext **c) {
   if (r->giveback != NULL)
-    give_back_round(r, c);
+    give_back_round(r, c, 0);
   if (r->reserved != NULL)
     reserved_round(r, c);
   size_t n = 0;

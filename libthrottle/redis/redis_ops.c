@@ -172,6 +172,7 @@ static void rds_close(void *be) {
   pthread_mutex_unlock(&r->mu);
   if (running)
     pthread_join(r->beat, NULL);
+  rds_give_back_last(r);
   /* In a forked child too: the contexts are this process's memory, and
    * freeing one closes only this process's copy of the socket (hiredis
    * sends nothing on close), so the parent's connection is untouched. */
