@@ -378,6 +378,34 @@ struct anything {
   int fd;   /* listening */
 };
 
+/* The length of the whole command at s (have bytes: *N, then N $len
+ * bulk strings) and its name, or 0 while it is not all there. */
+static size_t whole_command(const char *s, size_t have, const char **name,
+                            size_t *nlen) {
+  const char *end = s + have;
+  if (have == 0 || s[0] != '*')
+    return 0;
+  const char *e = memchr(s, '\n', have);
+  if (e == NULL)
+    return 0;
+  long args = strtol(s + 1, NULL, 10);
+  const char *q = e + 1;
+  for (long j = 0; j < args; j++) {
+    const char *le = memchr(q, '\n', (size_t)(end - q));
+    if (le == NULL || q[0] != '$')
+      return 0;
+    long blen = strtol(q + 1, NULL, 10);
+    if (end - (le + 1) < blen + 2)
+      return 0;
+    if (j == 0) {
+      *name = le + 1;
+      *nlen = (size_t)blen;
+    }
+    q = le + 1 + blen + 2;
+  }
+  return (size_t)(q - s);
+}
+
 static int serve_anything(void *arg) {
   const struct anything *an = arg;
   const char *reply = an->reply;
@@ -418,39 +446,17 @@ static int serve_anything(void *arg) {
         continue;
       }
       have[i] += (size_t)k;
-      /* one reply per complete command: *N then N $len bulk strings */
-      for (;;) {
-        char *s = buf[i], *end = buf[i] + have[i];
-        if (have[i] == 0 || s[0] != '*')
-          break;
-        char *e = memchr(s, '\n', (size_t)(end - s));
-        if (e == NULL)
-          break;
-        long args = strtol(s + 1, NULL, 10);
-        char *q = e + 1;
-        int done = 1;
-        for (long j = 0; j < args && done; j++) {
-          char *le = memchr(q, '\n', (size_t)(end - q));
-          if (le == NULL || q[0] != '$') {
-            done = 0;
-            break;
-          }
-          long blen = strtol(q + 1, NULL, 10);
-          if (end - (le + 1) < blen + 2) {
-            done = 0;
-            break;
-          }
-          q = le + 1 + blen + 2;
-        }
-        if (!done)
-          break;
+      /* one reply per complete command */
+      const char *name = NULL;
+      size_t nlen = 0, len;
+      while ((len = whole_command(buf[i], have[i], &name, &nlen)) != 0) {
         const char *r = reply;
-        if (an->pong && strncmp(e + 1, "$4\r\nPING\r\n", 10) == 0)
+        if (an->pong && nlen == 4 && strncmp(name, "PING", 4) == 0)
           r = "+PONG\r\n";
         if (write(p[i].fd, r, strlen(r)) < 0)
           break;
-        have[i] -= (size_t)(q - s);
-        memmove(buf[i], q, have[i]);
+        have[i] -= len;
+        memmove(buf[i], buf[i] + len, have[i]);
       }
       if (have[i] == BUF)
         have[i] = 0; /* a command too long for this server: dropped */
@@ -480,6 +486,120 @@ static void anything_server(struct th_fx *fx, const char *reply, int pong,
 /* A server that answers +OK (or :0) to every command admits nobody: each
  * reply's shape is checked, a wrong one is said, and the segment serves
  * (here its cap of 1 holds). */
+/* A proxy to the test's Redis that closes a client's connection on FCALL
+ * and FUNCTION, as twemproxy does with every command it does not know; all
+ * else passes through as it is, both ways (one poll loop, no parsing of
+ * replies: a client sends its next command after the last reply). */
+static int proxy_no_functions(void *arg) {
+  const struct anything *an = arg;
+  enum { MAXC = 16, BUF = 1 << 20 };
+  struct pollfd p[1 + 2 * MAXC] = {{.fd = an->fd, .events = POLLIN}};
+  static char buf[MAXC][BUF], tmp[1 << 16];
+  size_t have[MAXC] = {0};
+  int n = 0;
+  for (;;) {
+    if (poll(p, (nfds_t)(1 + 2 * n), -1) < 0)
+      continue;
+    if ((p[0].revents & POLLIN) && n < MAXC) {
+      int c = accept(an->fd, NULL, NULL);
+      int u = socket(AF_UNIX, SOCK_STREAM, 0);
+      struct sockaddr_un sa = {.sun_family = AF_UNIX};
+      memcpy(sa.sun_path, R.sock, strlen(R.sock) + 1);
+      if (c >= 0 && u >= 0 &&
+          connect(u, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        p[1 + 2 * n] = (struct pollfd){.fd = c, .events = POLLIN};
+        p[2 + 2 * n] = (struct pollfd){.fd = u, .events = POLLIN};
+        have[n++] = 0;
+      } else {
+        if (c >= 0)
+          close(c);
+        if (u >= 0)
+          close(u);
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      struct pollfd *pc = &p[1 + 2 * i], *pu = &p[2 + 2 * i];
+      int drop = 0;
+      if (pu->revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t k = read(pu->fd, tmp, sizeof tmp);
+        drop = k <= 0 || write(pc->fd, tmp, (size_t)k) != k;
+      }
+      if (!drop && (pc->revents & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t k = read(pc->fd, buf[i] + have[i], BUF - have[i]);
+        drop = k <= 0;
+        if (!drop)
+          have[i] += (size_t)k;
+        const char *name = NULL;
+        size_t nlen = 0, len;
+        while (!drop && (len = whole_command(buf[i], have[i], &name, &nlen))) {
+          if ((nlen == 5 && strncasecmp(name, "FCALL", 5) == 0) ||
+              (nlen == 8 && strncasecmp(name, "FUNCTION", 8) == 0) ||
+              write(pu->fd, buf[i], len) != (ssize_t)len) {
+            drop = 1;
+            break;
+          }
+          have[i] -= len;
+          memmove(buf[i], buf[i] + len, have[i]);
+        }
+      }
+      pc->revents = pu->revents = 0;
+      if (drop) {
+        close(pc->fd);
+        close(pu->fd);
+        n--;
+        p[1 + 2 * i] = p[1 + 2 * n];
+        p[2 + 2 * i] = p[2 + 2 * n];
+        memcpy(buf[i], buf[n], have[n]);
+        have[i] = have[n];
+        i--;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Through a proxy that closes the connection on FCALL (it names no
+ * command unknown: the connection just ends), the scripts go by EVALSHA
+ * after a few failed calls, instead of every call failing and the host
+ * serving from its segment for good. */
+static void test_redis_faults_proxy_closing_on_fcall_gets_evalsha(
+    void **state) {
+  struct th_fx *fx = *state;
+  char sock[300], url[400];
+  snprintf(sock, sizeof sock, "%s/proxy.sock", R.dir);
+  unlink(sock);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, sock, strlen(sock) + 1);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(lfd, 16), 0);
+  struct anything an = {NULL, 0, lfd};
+  th_spawn(fx, proxy_no_functions, &an);
+  close(lfd);
+  snprintf(url, sizeof url, "unix://%s", sock);
+  int rc;
+  throttle_t *h = host_at(fx, url, &rc);
+  assert_int_equal(rc, 0);
+  for (int i = 0; i < 6; i++) {
+    throttle_ticket_t *t = NULL;
+    rc = throttle_enter(h, "k", THROTTLE_CLASS_LIVE, 2000, &t);
+    printf("call %d: %s: %s\n", i, throttle_err_name(rc), throttle_errmsg(h));
+    if (rc == 0)
+      assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+    th_sleep_ms(i < 3 ? 1100 : 0); /* past the second of a down Redis */
+  }
+  /* now held through the proxy, seen in Redis by a host beside it */
+  throttle_ticket_t *t = NULL;
+  long long evalsha = calls_of("evalsha");
+  assert_int_equal(throttle_enter(h, "k", THROTTLE_CLASS_LIVE, 2000, &t), 0);
+  throttle_t *a = th_open(fx);
+  assert_int_equal(th_field(a, "k", THROTTLE_FIELD_IN_FLIGHT), 1);
+  assert_true(calls_of("evalsha") > evalsha);
+  assert_int_equal(throttle_leave(h, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(h);
+}
+
 static void test_redis_faults_server_answering_anything_admits_nobody(
     void **state) {
   struct th_fx *fx = *state;
@@ -1362,6 +1482,9 @@ int main(int argc, char **argv) {
           test_redis_faults_stalled_waiter_given_back, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_closed_handle_gives_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_proxy_closing_on_fcall_gets_evalsha, setup,
+          teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_busy_redis_never_admits_beside_holder, setup,
           teardown),

@@ -232,6 +232,9 @@ struct rds {
   pid_t pid; /* owner of the pool: a forked child starts afresh */
   char sha[RDS_NSCRIPTS][41]; /* EVALSHA's, once loaded */
   _Atomic int eval_only; /* no Functions to be had: EVALSHA (redis_conn.c) */
+  /* FCALLs in a row that ended with the server closing the connection (a
+   * proxy that drops one on a command it does not know: redis_conn.c) */
+  _Atomic int fcall_closed;
   uint64_t down_until; /* monotonic ms; the segment serves until then */
   char down_why[512];  /* what failed then, for the calls until then */
   int cluster;         /* a Cluster node: refused for good (see below) */

@@ -578,6 +578,18 @@ static int load_library(struct rds *r, redisContext *c) {
   return rc;
 }
 
+/* The end of an EVALSHA or EVAL that stood in for FCALL on trial
+ * (eval_keys): answered (rep), the server refuses Functions by closing the
+ * connection, so the handle goes by EVALSHA; not, FCALL is tried again. */
+static redisReply *eval_trial(struct rds *r, int trial, redisReply *rep) {
+  if (trial) {
+    if (rep != NULL)
+      atomic_store(&r->eval_only, 1);
+    atomic_store(&r->fcall_closed, 0);
+  }
+  return rep;
+}
+
 /* The key names are on the heap: up to 37 of 1.6 KB would take about 59 KB
  * of the caller's stack, more than some threads have; one allocation is
  * nothing beside a round trip. */
@@ -635,11 +647,20 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
   for (int i = 0; i < argc; i++)
     av[n++] = argv[i];
   redisReply *rep = NULL;
-  if (!atomic_load(&r->eval_only)) {
+  /* Two FCALLs in a row ended by the server closing the connection (what
+   * twemproxy does with a command it does not know): this call tries
+   * EVALSHA, and if that is answered, Functions are what the server
+   * refuses, for the handle's life; if not, FCALL is tried again. */
+  int trial = !atomic_load(&r->eval_only) && atomic_load(&r->fcall_closed) >= 2;
+  if (!atomic_load(&r->eval_only) && !trial) {
     av[0] = "FCALL";
     av[1] = rds_functions[s];
-    if ((rep = rds_command(r, c, n, av)) == NULL)
+    if ((rep = rds_command(r, c, n, av)) == NULL) {
+      if (closed(c))
+        atomic_fetch_add(&r->fcall_closed, 1);
       return NULL;
+    }
+    atomic_store(&r->fcall_closed, 0);
     if (rep->type == REDIS_REPLY_ERROR &&
         strncmp(rep->str, "ERR Function not found", 22) == 0) {
       freeReplyObject(rep);
@@ -658,7 +679,7 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
     av[0] = "EVALSHA";
     av[1] = r->sha[s];
     if ((rep = rds_command(r, c, n, av)) == NULL)
-      return NULL;
+      return eval_trial(r, trial, NULL);
   }
   if (rep == NULL || (rep->type == REDIS_REPLY_ERROR &&
                       strncmp(rep->str, "NOSCRIPT", 8) == 0)) {
@@ -667,7 +688,7 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
     const char *load[] = {"SCRIPT", "LOAD", rds_scripts[s]};
     redisReply *l = rds_command(r, c, 3, load);
     if (l == NULL)
-      return NULL;
+      return eval_trial(r, trial, NULL);
     if (l->type == REDIS_REPLY_STRING && l->len == 40) {
       pthread_mutex_lock(&r->mu);
       memcpy(r->sha[s], l->str, 41);
@@ -676,10 +697,10 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
     freeReplyObject(l);
     av[0] = "EVAL";
     av[1] = rds_scripts[s];
-    rep = rds_command(r, c, n, av);
-    if (rep == NULL)
-      return NULL;
+    if ((rep = rds_command(r, c, n, av)) == NULL)
+      return eval_trial(r, trial, NULL);
   }
+  eval_trial(r, trial, rep);
   if (rep->type == REDIS_REPLY_ERROR) {
     /* A Cluster redirects (MOVED, ASK) or refuses (CROSSSLOT,
      * CLUSTERDOWN) where rds_check_server could not tell one at open (its
