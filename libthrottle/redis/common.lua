@@ -48,8 +48,7 @@ end
 -- The holder list ({fence, value} each), made by begin() from the hash
 -- as read: a write of a holder field makes a new one (never changed in
 -- place: a caller may be walking the old one), the field's entry last,
--- where its writer may add [3]: the end of its lease as a number (else
--- read from the value when needed).
+-- where its writer may set what hparse() would read from the value.
 local HL
 local function is_h(f)
   local a, b = string.byte(f, 1, 2)
@@ -124,6 +123,22 @@ do
 end
 local function word(v, n) return string.match(v, WORD[n]) end
 
+-- A holder's class and its since, live_until and lease_until (words 1, 4,
+-- 5, 6 of its value) as numbers (0: none), read once per call and kept in
+-- its entry of the holder list: every call walks the key's holders, and a
+-- host rejoining after an outage keeps up to SLOTS of them.
+local HWORDS = '^%s*(%S+)%s+%S+%s+%S+%s+(%S+)%s+(%S+)%s+(%S+)'
+local function hparse(hv)
+  if hv.cls == nil then
+    local v = hv[2]
+    local c, a, b, d = string.match(v, HWORDS)
+    if not c then c, a, b, d = word(v, 1), word(v, 4), word(v, 5), word(v, 6) end
+    hv.cls, hv.since = c or '', tonumber(a) or 0
+    hv.live, hv.lease = tonumber(b) or 0, tonumber(d) or 0
+  end
+  return hv
+end
+
 local function push(id)
   local q = QP .. id
   redis.call('RPUSH', q, 'w')
@@ -170,9 +185,8 @@ end
 -- (oldest), so that a look costs O(log N) in the waiters, not O(N).
 local function reap()
   local hl = holders()
-  for hi = 1, #hl do local hv = hl[hi]
-    local v = hv[2]
-    if (tonumber(word(v, 5)) or 0) < now or (tonumber(word(v, 6)) or 0) < now then
+  for hi = 1, #hl do local hv = hparse(hl[hi])
+    if hv.live < now or hv.lease < now then
       del('h:' .. hv[1])
       inc('reclaims')
       if s['probe'] == hv[1] then zero('probe') end
@@ -244,30 +258,31 @@ local function reserve(rsv, rname, live, host)
     if not any then return end
   end
   local pre = 'r:' .. rname .. ':'
-  local n = 0
+  local n, mine = 0, {}
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
     if string.sub(hv[1], 1, #pre) == pre then
       local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
       if i > n then n = i end
+      mine[i] = hv
     end
   end
   if rsv > SLOTS then rsv = SLOTS end
+  local head = '0 0 ' .. fmt(rsv) .. ' ' -- class, probe, concurrent
   for i = 1, math.max(n, rsv) do
-    local f = 'h:' .. pre .. i
+    local e = mine[i]
     if i <= rsv then
-      local old = s[f] and words(s[f])
       -- kept as it is while more than half its liveness is left: every
       -- look of the host's callers would otherwise write all of them
-      if not (old and old[3] == fmt(rsv) and
-              (tonumber(old[5]) or 0) - now > live / 2 and
-              (tonumber(old[6]) or 0) - now > live / 2) then
-        p(f, table.concat({'0', '0', fmt(rsv), old and old[4] or fmt(now),
-          fmt(now + live), fmt(now + live), fmt(live), fmt(live), host, '0',
-          '-'}, ' '))
+      if e then hparse(e) end
+      if not (e and string.sub(e[2], 1, #head) == head and
+              e.live - now > live / 2 and e.lease - now > live / 2) then
+        p('h:' .. pre .. i, table.concat({'0', '0', fmt(rsv),
+          e and fmt(e.since) or fmt(now), fmt(now + live), fmt(now + live),
+          fmt(live), fmt(live), host, '0', '-'}, ' '))
       end
-    elseif s[f] then
-      del(f)
+    elseif e then
+      del('h:' .. pre .. i)
     end
   end
 end
@@ -694,7 +709,7 @@ local function grant(self)
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
     nh = nh + 1
-    if word(hv[2], 1) == '1' then bf = bf + 1 end
+    if hparse(hv).cls == '1' then bf = bf + 1 end
   end
   local share = share_of()
   local bf_cap = 0
@@ -733,7 +748,8 @@ local function grant(self)
     p('h:' .. id, table.concat({w[1], isprobe, nh, fmt(now),
       fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6],
       w[8] or '-'}, ' '))
-    HL[#HL][3] = now + lease -- its lease's end, for store() (hl_set)
+    local e = HL[#HL] -- (hl_set) what hparse() would read
+    e.cls, e.since, e.live, e.lease = w[1], now, now + live, now + lease
     if pending and id == pending[1] then
       pending = nil
     else
@@ -774,7 +790,7 @@ local function store()
   if nb > last then last = nb end
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
-    local lu = hv[3] or tonumber(word(hv[2], 6)) or 0
+    local lu = hparse(hv).lease
     if lu > last then last = lu end
   end
   local ttl = TTL + (last - now)
