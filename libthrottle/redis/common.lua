@@ -59,7 +59,7 @@ local function hl_set(f, v)
   for hi = 1, #HL do local hv = HL[hi]
     if hv[1] ~= id then out[#out + 1] = hv end
   end
-  if v ~= nil then out[#out + 1] = {id, v} end
+  if v ~= nil then out[#out + 1] = {id, v, false, 0, 0, 0} end
   HL = out
 end
 -- A number as the hash stores it: an integer, no exponent.  '%d' prints
@@ -124,17 +124,19 @@ end
 local function word(v, n) return string.match(v, WORD[n]) end
 
 -- A holder's class and its since, live_until and lease_until (words 1, 4,
--- 5, 6 of its value) as numbers (0: none), read once per call and kept in
--- its entry of the holder list: every call walks the key's holders, and a
--- host rejoining after an outage keeps up to SLOTS of them.
+-- 5, 6 of its value) as numbers (0: none), read once per call into [3] ..
+-- [6] of its entry of the holder list ([3] false: not yet; the entries
+-- are made with those slots, so that filling them allocates nothing):
+-- every call walks the key's holders, and a host rejoining after an
+-- outage keeps up to SLOTS of them.
 local HWORDS = '^%s*(%S+)%s+%S+%s+%S+%s+(%S+)%s+(%S+)%s+(%S+)'
 local function hparse(hv)
-  if hv.cls == nil then
+  if not hv[3] then
     local v = hv[2]
     local c, a, b, d = string.match(v, HWORDS)
     if not c then c, a, b, d = word(v, 1), word(v, 4), word(v, 5), word(v, 6) end
-    hv.cls, hv.since = c or '', tonumber(a) or 0
-    hv.live, hv.lease = tonumber(b) or 0, tonumber(d) or 0
+    hv[3], hv[4] = c or '', tonumber(a) or 0
+    hv[5], hv[6] = tonumber(b) or 0, tonumber(d) or 0
   end
   return hv
 end
@@ -186,7 +188,7 @@ end
 local function reap()
   local hl = holders()
   for hi = 1, #hl do local hv = hparse(hl[hi])
-    if hv.live < now or hv.lease < now then
+    if hv[5] < now or hv[6] < now then
       del('h:' .. hv[1])
       inc('reclaims')
       if s['probe'] == hv[1] then zero('probe') end
@@ -276,9 +278,9 @@ local function reserve(rsv, rname, live, host)
       -- look of the host's callers would otherwise write all of them
       if e then hparse(e) end
       if not (e and string.sub(e[2], 1, #head) == head and
-              e.live - now > live / 2 and e.lease - now > live / 2) then
+              e[5] - now > live / 2 and e[6] - now > live / 2) then
         p('h:' .. pre .. i, table.concat({'0', '0', fmt(rsv),
-          e and fmt(e.since) or fmt(now), fmt(now + live), fmt(now + live),
+          e and fmt(e[4]) or fmt(now), fmt(now + live), fmt(now + live),
           fmt(live), fmt(live), host, '0', '-'}, ' '))
       end
     elseif e then
@@ -709,7 +711,7 @@ local function grant(self)
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
     nh = nh + 1
-    if hparse(hv).cls == '1' then bf = bf + 1 end
+    if hparse(hv)[3] == '1' then bf = bf + 1 end
   end
   local share = share_of()
   local bf_cap = 0
@@ -749,7 +751,7 @@ local function grant(self)
       fmt(now + live), fmt(now + lease), w[3], w[4], w[5], w[6],
       w[8] or '-'}, ' '))
     local e = HL[#HL] -- (hl_set) what hparse() would read
-    e.cls, e.since, e.live, e.lease = w[1], now, now + live, now + lease
+    e[3], e[4], e[5], e[6] = w[1], now, now + live, now + lease
     if pending and id == pending[1] then
       pending = nil
     else
@@ -790,7 +792,7 @@ local function store()
   if nb > last then last = nb end
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
-    local lu = hparse(hv).lease
+    local lu = hparse(hv)[6]
     if lu > last then last = lu end
   end
   local ttl = TTL + (last - now)
@@ -1012,7 +1014,7 @@ local function begin(KEYS, ARGV)
     local f, v = a[i], a[i + 1]
     s[f] = v
     local b1, b2 = byte(f, 1, 2) -- is_h(f), inline: once per field
-    if b1 == 104 and b2 == 58 then HL[#HL + 1] = {string.sub(f, 3), v} end
+    if b1 == 104 and b2 == 58 then HL[#HL + 1] = {string.sub(f, 3), v, false, 0, 0, 0} end
   end
   K_NEW = next(s) == nil
   scope_held, pending, queue_empty, touched = false, nil, false, {[K] = true}
