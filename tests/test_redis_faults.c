@@ -465,10 +465,12 @@ static int serve_anything(void *arg) {
   return 0;
 }
 
-static void anything_server(struct th_fx *fx, const char *reply, int pong,
-                            char *url, size_t len) {
+/* A child serving (serve) on a unix socket NAME in the test's directory,
+ * its listening socket in an->fd; url is where to find it. */
+static void serve_at(struct th_fx *fx, const char *name, int (*serve)(void *),
+                     struct anything *an, char *url, size_t len) {
   char sock[300];
-  snprintf(sock, sizeof sock, "%s/fake.sock", R.dir);
+  snprintf(sock, sizeof sock, "%s/%s", R.dir, name);
   unlink(sock);
   int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
   assert_true(lfd >= 0);
@@ -477,10 +479,16 @@ static void anything_server(struct th_fx *fx, const char *reply, int pong,
   memcpy(sa.sun_path, sock, strlen(sock) + 1);
   assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
   assert_int_equal(listen(lfd, 16), 0);
-  struct anything an = {reply, pong, lfd};
-  th_spawn(fx, serve_anything, &an);
+  an->fd = lfd;
+  th_spawn(fx, serve, an);
   close(lfd);
   snprintf(url, len, "unix://%s", sock);
+}
+
+static void anything_server(struct th_fx *fx, const char *reply, int pong,
+                            char *url, size_t len) {
+  struct anything an = {reply, pong, -1};
+  serve_at(fx, "fake.sock", serve_anything, &an, url, len);
 }
 
 /* A server that answers +OK (or :0) to every command admits nobody: each
@@ -565,19 +573,9 @@ static int proxy_no_functions(void *arg) {
 static void test_redis_faults_proxy_closing_on_fcall_gets_evalsha(
     void **state) {
   struct th_fx *fx = *state;
-  char sock[300], url[400];
-  snprintf(sock, sizeof sock, "%s/proxy.sock", R.dir);
-  unlink(sock);
-  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-  assert_true(lfd >= 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, sock, strlen(sock) + 1);
-  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-  assert_int_equal(listen(lfd, 16), 0);
-  struct anything an = {NULL, 0, lfd};
-  th_spawn(fx, proxy_no_functions, &an);
-  close(lfd);
-  snprintf(url, sizeof url, "unix://%s", sock);
+  char url[400];
+  struct anything an = {NULL, 0, -1};
+  serve_at(fx, "proxy.sock", proxy_no_functions, &an, url, sizeof url);
   int rc;
   throttle_t *h = host_at(fx, url, &rc);
   assert_int_equal(rc, 0);

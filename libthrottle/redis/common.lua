@@ -212,6 +212,12 @@ local function is_index(f)
   local a, b = string.byte(f, 1, 2)
   return a == 116 and b == 58
 end
+-- A waiter's record goes, with its token's index if it has one (w: the
+-- record's words).
+local function record_del(id, w)
+  local tf = w[9] == 'i' and tok_field(w[8])
+  if tf then redis.call('HDEL', WI, id, tf) else redis.call('HDEL', WI, id) end
+end
 
 -- Every dead waiter at once (O(N): info and settings only), and every
 -- index whose record is gone.
@@ -222,8 +228,7 @@ local function reap_waiters()
     if not is_index(ws[i]) then
       local w = words(ws[i + 1])
       if (tonumber(w[2]) or 0) < now then
-        local tf = w[9] == 'i' and tok_field(w[8])
-        if tf then redis.call('HDEL', WI, ws[i], tf) else redis.call('HDEL', WI, ws[i]) end
+        record_del(ws[i], w)
         redis.call('ZREM', W, ws[i])
       else
         kept[ws[i]] = true
@@ -576,8 +581,7 @@ end
 -- A waiter goes: its record and its token's index (w: the record's
 -- words), its place in the queue and in the scopes' beneath hashes.
 local function waiter_del(id, w)
-  local tf = w[9] == 'i' and tok_field(w[8])
-  if tf then redis.call('HDEL', WI, id, tf) else redis.call('HDEL', WI, id) end
+  record_del(id, w)
   redis.call('ZREM', W, id)
   beneath_del(id)
 end

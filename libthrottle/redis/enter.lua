@@ -63,7 +63,9 @@ do -- the record, and an arrival's token index (common.lua tok_field)
     redis.call('HSET', WI, wid, table.concat(rec, ' '), tf, wid)
   else
     redis.call('HSET', WI, wid, table.concat(rec, ' '))
-    if not fresh and tf and word(v, 9) == 'i' then redis.call('HDEL', WI, tf) end
+    -- its caller knows its number now: the index of the record's token goes
+    local otf = not fresh and word(v, 9) == 'i' and tok_field(word(v, 8))
+    if otf then redis.call('HDEL', WI, otf) end
   end
 end
 local nxt = grant(wid)

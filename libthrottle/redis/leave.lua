@@ -31,8 +31,9 @@ if id == '-' then
     end
     if wid then
       local v = redis.call('HGET', WI, wid)
-      if v and word(v, 8) == token then
-        waiter_del(wid, words(v))
+      local w = v and words(v)
+      if w and w[8] == token then
+        waiter_del(wid, w)
         return {2}
       end
       if by_index then redis.call('HDEL', WI, tf) end -- its record went

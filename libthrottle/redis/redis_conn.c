@@ -651,8 +651,9 @@ static redisReply *eval_keys(struct rds *r, redisContext *c,
    * twemproxy does with a command it does not know): this call tries
    * EVALSHA, and if that is answered, Functions are what the server
    * refuses, for the handle's life; if not, FCALL is tried again. */
-  int trial = !atomic_load(&r->eval_only) && atomic_load(&r->fcall_closed) >= 2;
-  if (!atomic_load(&r->eval_only) && !trial) {
+  int eval_only = atomic_load(&r->eval_only);
+  int trial = !eval_only && atomic_load(&r->fcall_closed) >= 2;
+  if (!eval_only && !trial) {
     av[0] = "FCALL";
     av[1] = rds_functions[s];
     if ((rep = rds_command(r, c, n, av)) == NULL) {

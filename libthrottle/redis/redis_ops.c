@@ -556,7 +556,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
                         token, rsv, r->seg_id};
     redisReply *rep = eval_as(r, c, RDS_ENTER, key, 13, av, 4);
     if (rep == NULL) {
-      /* what it did, if it ran (an arrival whose number is unknown here) */
+      /* what it did, if it ran (id "0": an arrival, its number unknown) */
       rds_give_back(r, key, token, id);
       int rc = failed(r, &c, "enter", key, nowait ? UINT64_MAX : deadline,
                       probe_by, timeout_ms);
