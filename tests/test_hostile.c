@@ -1154,6 +1154,70 @@ static void test_hostile_key_len_flipped_during_lookup(void **state) {
   race_lookups(h, &f);
 }
 
+/* The free list's head, rewritten to name a held key's record while new
+ * keys arrive (each arrival rebuilds the list it finds damaged, and the
+ * head may be written again before it is used): the held record must
+ * never be taken, which would wipe its holder and let the key be made
+ * anew, empty, beside it. */
+struct head_flip {
+  _Atomic int stop;
+  uint32_t *head;
+  uint32_t bad;
+};
+
+static void *head_flipper(void *p) {
+  struct head_flip *f = p;
+  while (!atomic_load_explicit(&f->stop, memory_order_relaxed))
+    __atomic_store_n(f->head, f->bad, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static void test_hostile_free_head_names_held_key(void **state) {
+  struct th_fx *fx = fx_of(state);
+  assert_int_equal(throttle_config_set_capacity(fx->cfg, 8), 0);
+  throttle_t *h = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(h, "good", 1), 0);
+  throttle_ticket_t *held = NULL;
+  assert_int_equal(
+      throttle_enter(h, "good", THROTTLE_CLASS_LIVE, 1000, &held), 0);
+  struct throttle__rec *g = rec_of(h, "good");
+  assert_non_null(g);
+  struct head_flip f = {.head = &h->hdr->free_head,
+                        .bad = (uint32_t)(g - h->recs) + 1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, head_flipper, &f), 0);
+  uint64_t m0 = th_mono_ms();
+  int made = 0, refused = 0, lost = 0;
+  for (int i = 0; i < 4000 && th_mono_ms() - m0 < 1500 && lost == 0; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "new%d", i);
+    throttle_ticket_t *tk = NULL;
+    int rc = throttle_enter(h, key, THROTTLE_CLASS_LIVE, 0, &tk);
+    if (rc == 0) {
+      made++;
+      assert_int_equal(throttle_leave(h, tk, THROTTLE_OUTCOME_OK, 0), 0);
+    } else {
+      assert_int_equal(rc, THROTTLE_ECORRUPT);
+      refused++;
+    }
+    if (rec_of(h, "good") != g)
+      lost = i + 1;
+  }
+  atomic_store(&f.stop, 1);
+  pthread_join(t, NULL);
+  print_message("%d keys made, %d refused (the head damaged again)\n", made,
+                refused);
+  assert_int_equal(lost, 0);
+  /* Still held: a second caller is not let in beside the holder. */
+  throttle_ticket_t *tk = NULL;
+  assert_int_not_equal(
+      throttle_try_enter(h, "good", THROTTLE_CLASS_LIVE, &tk, NULL), 0);
+  assert_int_equal(throttle_leave(h, held, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(
+      throttle_try_enter(h, "good", THROTTLE_CLASS_LIVE, &tk, NULL), 0);
+  assert_int_equal(throttle_leave(h, tk, THROTTLE_OUTCOME_OK, 0), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
 int main(void) {
@@ -1167,6 +1231,7 @@ int main(void) {
       T(test_hostile_mutex_garbage),
       T(test_hostile_bucket_flipped_during_lookup),
       T(test_hostile_key_len_flipped_during_lookup),
+      T(test_hostile_free_head_names_held_key),
       T(test_hostile_other_users_segment_names_fix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

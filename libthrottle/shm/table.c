@@ -523,8 +523,11 @@ static void rebuild_locked(throttle_t *h) {
       r->key[kl] = 0;
       uint64_t hash = throttle__hash(h->seed, r->key, kl);
       r->hash = (uint32_t)hash;
-      uint32_t ki;
-      if (find_bucket_locked(h, r->key, kl, hash, &ki) >= 0) {
+      uint32_t ki = i;
+      /* (A bucket naming this very record, written into the index while
+       * it is rebuilt, is not a second copy of the key.) */
+      int32_t bi = find_bucket_locked(h, r->key, kl, hash, &ki);
+      if (bi >= 0 && ki != i) {
         /* The same key twice (a writer died mid-insert, or a bad writer):
          * keep one, with the later not-before of the two (never early). */
         struct throttle__rec *keep = &h->recs[ki];
@@ -533,7 +536,7 @@ static void rebuild_locked(throttle_t *h) {
         if (nb > atomic_load_explicit(&keep->not_before, memory_order_relaxed))
           atomic_store_explicit(&keep->not_before, nb, memory_order_relaxed);
         ok = 0;
-      } else if (place_bucket(h, hash, i) != 0) {
+      } else if (bi < 0 && place_bucket(h, hash, i) != 0) {
         /* No room in the index (only garbage written into it meanwhile can
          * do that): keep the record, holders and all, unindexed; the next
          * insert of its key finds it by its scan. */
@@ -643,6 +646,12 @@ static int evict_one_locked(throttle_t *h, uint64_t now) {
   return 0;
 }
 
+/* Does a free-list head (record index + 1) name a free record? */
+static bool free_at(const throttle_t *h, uint32_t fi) {
+  return fi != 0 && fi <= h->capacity &&
+         h->recs[fi - 1].state == THROTTLE__REC_FREE;
+}
+
 int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                             uint64_t hash, uint64_t now,
                             struct throttle__rec **out) {
@@ -675,8 +684,7 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
    * instant, even under the mutex (I8): it is read once per use and
    * checked before it indexes anything. */
   uint32_t fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
-  if (fi == 0 || fi > h->capacity ||
-      h->recs[fi - 1].state != THROTTLE__REC_FREE) {
+  if (!free_at(h, fi)) {
     if (fi != 0) /* damaged free list: rebuild before trusting it */
       rebuild_locked(h);
     fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
@@ -688,8 +696,11 @@ int throttle__insert_locked(throttle_t *h, const char *key, size_t len,
                           h->name, h->capacity);
       goto out;
     }
+    /* Checked as the first read was: a head written again since the
+     * rebuild could name a record in use, which would be wiped under its
+     * holders and its key made anew beside them (I5). */
     fi = __atomic_load_n(&h->hdr->free_head, __ATOMIC_RELAXED);
-    if (fi == 0 || fi > h->capacity) {
+    if (!free_at(h, fi)) {
       rc = throttle__fail(h, THROTTLE_ECORRUPT,
                           "%s: the free list changed under the mutex "
                           "(a writer outside the library)",
