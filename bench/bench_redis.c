@@ -16,7 +16,10 @@
  *                 minimal script (HGETALL + HSET of one hash) run in the
  *                 same server the same way: a minimal function by FCALL
  *                 when the module used FCALL, else a minimal EVALSHA
- *                 script (both are printed); goal <= 5 x each
+ *                 script (both are printed); goal <= 5 x each.  The
+ *                 minimal script runs right before the enter and leave
+ *                 scripts in each of COST_ROUNDS rounds: the figures and
+ *                 ratios printed are the medians of the rounds'
  *   per look      Redis CPU per look of a waiting caller (usec per script
  *                 call while 20, 200 and 800 callers wait on a held key of
  *                 cap 1); goal: flat in the number of waiters
@@ -37,6 +40,7 @@
 #include <unistd.h>
 
 #define ROUNDS 11
+#define COST_ROUNDS 5 /* of the server-cost figures */
 #define ITERS 2000
 
 static double now_ns(void) {
@@ -364,18 +368,31 @@ int main(int argc, char **argv) {
   /* the baseline called the way the module calls its scripts */
   int fn = fcalls(c) > 0;
   double m_eval = minimal_us(c, 0), m_fn = fn ? minimal_us(c, 1) : 0;
-  double base = fn ? m_fn : m_eval, e_us, l_us;
-  enter_leave_us(h, c, &e_us, &l_us);
+  /* Rounds of the minimal script, then the enter and leave scripts: each
+   * ratio is of figures measured a moment apart, and the medians are
+   * printed (one round moved by a noisy neighbour moves none of them). */
+  double mr[COST_ROUNDS], er[COST_ROUNDS], lr[COST_ROUNDS];
+  double rer[COST_ROUNDS], rlr[COST_ROUNDS];
+  for (int i = 0; i < COST_ROUNDS; i++) {
+    mr[i] = minimal_us(c, fn);
+    enter_leave_us(h, c, &er[i], &lr[i]);
+    rer[i] = er[i] / mr[i];
+    rlr[i] = lr[i] / mr[i];
+  }
+  double base = median(mr, COST_ROUNDS), e_us = median(er, COST_ROUNDS),
+         l_us = median(lr, COST_ROUNDS);
+  double e_x = median(rer, COST_ROUNDS), l_x = median(rlr, COST_ROUNDS);
   printf("  scripts called by          %s\n",
          fn ? "FCALL (Functions library)" : "EVALSHA");
   printf("  minimal script, EVALSHA    %8.2f us\n", m_eval);
   if (fn)
     printf("  minimal function, FCALL    %8.2f us\n", m_fn);
-  printf("  minimal script (server)    %8.2f us\n", base);
+  printf("  minimal script (server)    %8.2f us (median of %d rounds)\n",
+         base, COST_ROUNDS);
   printf("  enter script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
-         e_us, e_us / base);
+         e_us, e_x);
   printf("  leave script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
-         l_us, l_us / base);
+         l_us, l_x);
   static const int waiting[] = {20, 200, 800};
   double first = 0;
   for (size_t i = 0; i < sizeof waiting / sizeof *waiting; i++) {
