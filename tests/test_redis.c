@@ -719,6 +719,43 @@ static void test_redis_stalled_server_blocks_no_call(void **state) {
   th_reap(fx, cli, HANG_GUARD_MS);
 }
 
+/* Settings made through Redis outlast the idle TTL, as a segment keeps a
+ * record with settings: a key's cap, a pool's cap (entered beneath, so
+ * that it is stored as a scope too) and a pause are still there for
+ * another host after the TTL, while a key without settings is gone; once
+ * unset, a key lapses with the TTL again. */
+static void test_redis_settings_outlive_idle_ttl(void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_REDIS_TTL_MS", "1000", 1); /* the least it takes */
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  unsetenv("THROTTLE_REDIS_TTL_MS");
+  assert_int_equal(throttle_set_max_parallel(a, "ws/orders", 1), 0);
+  assert_int_equal(throttle_set_max_parallel(a, "ws", 3), 0);
+  assert_int_equal(throttle_pause(a, "held"), 0);
+  throttle_ticket_t *t = NULL;
+  assert_int_equal(
+      throttle_enter(a, "ws/orders", THROTTLE_CLASS_LIVE, 1000, &t), 0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(a, "plain", THROTTLE_CLASS_LIVE, 1000, &t),
+                   0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_sleep_ms(2500); /* the TTL, twice, and a margin */
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(b, "plain", &info), THROTTLE_ENOKEY);
+  assert_int_equal(field(b, "ws/orders", THROTTLE_FIELD_CAP), 1);
+  assert_int_equal(field(b, "ws/orders", THROTTLE_FIELD_CAP_AUTO), 0);
+  assert_int_equal(field(b, "ws", THROTTLE_FIELD_CAP), 3);
+  assert_int_equal(field(b, "held", THROTTLE_FIELD_PAUSED), 1);
+  assert_int_equal(throttle_set_max_parallel(a, "ws/orders", 0), 0);
+  assert_int_equal(throttle_resume(a, "held"), 0);
+  th_sleep_ms(2500);
+  assert_int_equal(throttle_info(b, "ws/orders", &info), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_info(b, "held", &info), THROTTLE_ENOKEY);
+  assert_int_equal(field(b, "ws", THROTTLE_FIELD_CAP), 3);
+  throttle_close(b);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   if (!th_redis_available()) {
@@ -770,6 +807,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_backoff_beyond_segment_capacity_succeeds, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(test_redis_settings_outlive_idle_ttl,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_stalled_server_blocks_no_call,
                                       setup, teardown),
   };

@@ -34,8 +34,9 @@ const struct ctl_env ctl_env_vars[] = {
                                   "60000, default 250)"},
     {"THROTTLE_LIVENESS_MS", "Redis: a dead holder is reclaimed within this "
                              "(100 to 3600000, default 10000)"},
-    {"THROTTLE_REDIS_TTL_MS", "Redis: an idle key is kept this long (1000 to "
-                              "31622400000, default 86400000)"},
+    {"THROTTLE_REDIS_TTL_MS", "Redis: an idle key without settings is kept "
+                              "this long (1000 to 31622400000, default "
+                              "86400000)"},
     {"THROTTLE_RETRY_AFTER_FILE", "run: set for CMD, the file it may write "
                                   "its Retry-After into"},
     {NULL, NULL},

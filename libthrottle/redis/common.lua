@@ -622,8 +622,34 @@ end
 -- reaches the keys beneath.
 local function wake_beneath() wake_list(KB) end
 
+-- The settings an operator made on a key or a scope, as enter's reply
+-- mirrors them (enter.lua) and as store() keeps them.
+local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
+  'share_set', 'share'}
+local UNSET = '0 0 0 0 0 0 0' -- most keys and scopes set none of them
+local function settings_of(h)
+  -- (SETTINGS, spelled out: the common case in a few instructions)
+  if h.fixed_cap == nil and h.auto_max == nil and h.paused == nil and
+     h.rate_n == nil and h.rate_period == nil and h.share_set == nil and
+     h.share == nil then
+    return UNSET
+  end
+  local v = {}
+  for i = 1, #SETTINGS do local f = SETTINGS[i]
+    local x = h[f]
+    v[i] = x == nil and '0' or fmt(tonumber(x) or 0)
+  end
+  return table.concat(v, ' ')
+end
+-- Settings an operator made keep their hash for good (PERSIST, exp -1),
+-- as a segment never evicts a record with settings (gate_rec.c
+-- rec_holds): a cap or a pause set through Redis must not lapse with a
+-- day without traffic.  Unset, the hash has the idle TTL again.
+local function kept(h) return settings_of(h) ~= UNSET end
+
 -- Store the scopes that changed (called by store()); each gets the idle
--- TTL past its not-before and its places' leases, as a key does.
+-- TTL past its not-before and its places' leases, as a key does (none
+-- when it keeps settings: kept()).
 local function scope_store()
   for si = 1, #SC do local sc = SC[si]
     if next(sc.dirty) or next(sc.gone) then
@@ -637,14 +663,19 @@ local function scope_store()
           if lu > last then last = lu end
         end
       end
-      sp(sc, 'exp', now + TTL + (last - now))
+      local keep = kept(sc.s)
+      sp(sc, 'exp', keep and -1 or now + TTL + (last - now))
       local args = {}
       for f, _ in pairs(sc.dirty) do args[#args + 1] = f; args[#args + 1] = sc.s[f] end
       if #args > 0 then redis.call('HSET', sc.k, unpack(args)) end
       local dels = {}
       for f, _ in pairs(sc.gone) do dels[#dels + 1] = f end
       if #dels > 0 then redis.call('HDEL', sc.k, unpack(dels)) end
-      redis.call('PEXPIRE', sc.k, TTL + (last - now))
+      if keep then
+        redis.call('PERSIST', sc.k)
+      else
+        redis.call('PEXPIRE', sc.k, TTL + (last - now))
+      end
       sc.touch_b = true
     end
     if sc.touch_b then redis.call('PEXPIRE', sc.b, TTL) end
@@ -802,8 +833,13 @@ local function store()
   local ttl = TTL + (last - now)
   -- The state hash's expiry is renewed when it moved by a tenth of the
   -- idle TTL (each call into Lua costs as much as a round trip's work);
-  -- its field exp goes with the others' write.
-  if touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
+  -- its field exp goes with the others' write.  With settings it has
+  -- none (kept()): exp -1, made so once.
+  local persist = false
+  if touched[K] and kept(s) then
+    touched[K] = nil
+    if g('exp') ~= -1 then p('exp', -1); persist = true end
+  elseif touched[K] and math.abs(now + ttl - g('exp')) < TTL / 10 then
     touched[K] = nil
   elseif touched[K] then
     p('exp', now + ttl)
@@ -814,6 +850,7 @@ local function store()
   local dels = {}
   for f, _ in pairs(gone) do dels[#dels + 1] = f end
   if #dels > 0 then redis.call('HDEL', K, unpack(dels)) end
+  if persist then redis.call('PERSIST', K) end
   for k, _ in pairs(touched) do redis.call('PEXPIRE', k, ttl) end
   scope_store()
 end
@@ -961,23 +998,6 @@ end
 -- ---- enter's reply ---------------------------------------------------------
 -- The settings of the key and of its scopes, and whether an admission
 -- is a probe (enter.lua).
-local SETTINGS = {'fixed_cap', 'auto_max', 'paused', 'rate_n', 'rate_period',
-  'share_set', 'share'}
-local UNSET = '0 0 0 0 0 0 0' -- most keys and scopes set none of them
-local function settings_of(h)
-  -- (SETTINGS, spelled out: the common case in a few instructions)
-  if h.fixed_cap == nil and h.auto_max == nil and h.paused == nil and
-     h.rate_n == nil and h.rate_period == nil and h.share_set == nil and
-     h.share == nil then
-    return UNSET
-  end
-  local v = {}
-  for i = 1, #SETTINGS do local f = SETTINGS[i]
-    local x = h[f]
-    v[i] = x == nil and '0' or fmt(tonumber(x) or 0)
-  end
-  return table.concat(v, ' ')
-end
 -- two values: the last elements of a reply
 local function settings()
   if #SC == 0 then return settings_of(s), '' end

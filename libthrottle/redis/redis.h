@@ -113,7 +113,10 @@
  * A scope's record is an ordinary k hash; a holder's place in a scope (its
  * probe, or its place in a pool) is a holder field of it, h:KEY#FENCE.
  * Every key has a TTL (a day past its not-before and leases by default),
- * so idle keys disappear; settings of an idle key go with it.
+ * so idle keys disappear; a k hash with settings an operator made (a cap,
+ * auto:MAX, a rate, a share, a pause) has none until they are unset
+ * (common.lua kept(): field exp -1), as a segment never evicts a record
+ * with settings.
  *
  * Scripts.  The .lua files are built (Makefile) into two forms of the
  * same code: a Redis Functions library (Redis 7: common.lua's helpers
