@@ -40,9 +40,11 @@
 
 #include "internal.h"
 
-#define THROTTLE__BACKEND_ABI 5u
+#define THROTTLE__BACKEND_ABI 6u
 #define THROTTLE__BACKEND_SYMBOL "throttle_backend_v1"
 #define THROTTLE__BE_DOWN 1 /* positive: never a public return value */
+
+struct throttle__be_settings;
 
 /* What the core hands a backend at open. */
 struct throttle__be_params {
@@ -60,6 +62,14 @@ struct throttle__be_params {
    * enter: the backend counts them as this host's until the segment has
    * drained (segment_name tells this host's segment from another's). */
   uint32_t (*segment_count)(void *arg, const char *key);
+  /* What this host's segment keeps of the settings of key (out[0]) and of
+   * each of its scopes (out[1..], root first), for each name it used
+   * within within_ms and that has any (known 1 there; out has
+   * THROTTLE__BE_NSETTINGS entries, zeroed by the caller): asked at each
+   * enter, so that a backend that lost its state (an empty restart) puts
+   * them back.  Returns how many are known. */
+  int (*segment_settings)(void *arg, const char *key, uint64_t within_ms,
+                          struct throttle__be_settings *out);
   void *segment_arg;
   const char *segment_name;
   /* The most any publish from this host may store: the host segment's
@@ -259,6 +269,10 @@ void throttle__segment_mirror(throttle_t *h, const char *key,
 /* segment_ops.c: the callers of key the segment still holds or queues
  * (its own admissions, not the backend's kept there). */
 uint32_t throttle__segment_count(throttle_t *h, const char *key);
+/* params segment_settings, for h's segment. */
+int throttle__segment_settings(throttle_t *h, const char *key,
+                               uint64_t within_ms,
+                               struct throttle__be_settings *out);
 /* segment_ops.c: the backend's admission t kept in the segment as held by
  * this process (t's ticket and slot name it there), and freed at its
  * leave, so an outage while it is held still counts it. */

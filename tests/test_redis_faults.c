@@ -759,14 +759,63 @@ static void test_redis_faults_restart_heartbeat_registers_holders_again(
   assert_int_equal(th_redis_start(&R), 0); /* empty */
   throttle_t *b = other_host(fx);
   th_wait_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT, 2, HANG_GUARD_MS);
-  /* the cap set before the restart is gone with it; the learned cap
-   * starts at 1, and the two held slots count */
+  /* the cap set before the restart is gone with it (a, which keeps a
+   * copy, enters nothing more to put it back); the learned cap starts at
+   * 1, and the two held slots count */
   assert_int_equal(throttle_try_enter(b, "ws/k", THROTTLE_CLASS_LIVE, &t3,
                                       NULL),
                    THROTTLE_EWOULDBLOCK);
   for (int i = 0; i < 2; i++)
     assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
   assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT), 0);
+  throttle_close(b);
+}
+
+/* Redis restarts empty: the settings made through it (a key's cap and a
+ * pool's cap above it) come back from a host that used them, at its next
+ * enter and before that enter is decided, and another host then finds
+ * them.  A host whose copy is older than the idle TTL (the key idle that
+ * long in Redis, where its settings may have been dropped on purpose and
+ * the key lapsed since) puts nothing back. */
+static void test_redis_faults_restart_settings_put_back(void **state) {
+  struct th_fx *fx = *state;
+  throttle_t *a = th_open(fx);
+  assert_int_equal(throttle_set_max_parallel(a, "ws/k", 1), 0);
+  assert_int_equal(throttle_set_max_parallel(a, "ws", 2), 0);
+  throttle_ticket_t *t = NULL, *t2 = NULL;
+  assert_int_equal(throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 10000, &t),
+                   0);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  assert_int_equal(throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 10000, &t),
+                   0);
+  throttle_t *b = other_host(fx);
+  assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_CAP), 1);
+  assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_CAP_AUTO), 0);
+  assert_int_equal(th_field(b, "ws", THROTTLE_FIELD_CAP), 2);
+  assert_int_equal(th_field(b, "ws", THROTTLE_FIELD_CAP_AUTO), 0);
+  assert_int_equal(
+      throttle_try_enter(b, "ws/k", THROTTLE_CLASS_LIVE, &t2, NULL),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+
+  /* c's copy of x's cap, older than the TTL: d dropped it, x lapsed */
+  setenv("THROTTLE_REDIS_TTL_MS", "1000", 1); /* the least it takes */
+  throttle_t *c = other_host(fx), *d = other_host(fx);
+  unsetenv("THROTTLE_REDIS_TTL_MS");
+  assert_int_equal(throttle_set_max_parallel(c, "x", 1), 0);
+  assert_int_equal(throttle_enter(c, "x", THROTTLE_CLASS_LIVE, 10000, &t), 0);
+  assert_int_equal(throttle_leave(c, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_set_max_parallel(d, "x", 0), 0);
+  th_sleep_ms(2500); /* the TTL, twice, and a margin */
+  throttle_info_t *info = NULL;
+  assert_int_equal(throttle_info(d, "x", &info), THROTTLE_ENOKEY);
+  assert_int_equal(throttle_enter(c, "x", THROTTLE_CLASS_LIVE, 10000, &t), 0);
+  assert_int_equal(th_field(d, "x", THROTTLE_FIELD_CAP_AUTO), 1);
+  assert_int_equal(throttle_leave(c, t, THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(d);
+  throttle_close(c);
   throttle_close(b);
 }
 
@@ -1442,6 +1491,9 @@ int main(int argc, char **argv) {
           test_redis_faults_heartbeat_keeps_every_holding, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_restart_heartbeat_registers_holders_again, setup,
+          teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_restart_settings_put_back, setup,
           teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_forked_child_keeps_its_holding_alive, setup,

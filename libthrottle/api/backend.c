@@ -91,6 +91,11 @@ static uint32_t segment_count(void *arg, const char *key) {
   return throttle__segment_count(arg, key);
 }
 
+static int segment_settings(void *arg, const char *key, uint64_t within_ms,
+                            struct throttle__be_settings *out) {
+  return throttle__segment_settings(arg, key, within_ms, out);
+}
+
 /* 0 when no backend is asked for or it was loaded; else the error, with
  * its message, and the handle goes on with its segment alone. */
 int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
@@ -133,6 +138,7 @@ int throttle__be_open(throttle_t *h, const throttle_config_t *cfg) {
   }
   struct throttle__be_params p = {
       .segment_count = segment_count,
+      .segment_settings = segment_settings,
       .segment_arg = h,
       .segment_name = h->name, /* as throttle_segment_name() */
       .url = url,

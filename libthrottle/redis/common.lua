@@ -647,6 +647,43 @@ end
 -- day without traffic.  Unset, the hash has the idle TTL again.
 local function kept(h) return settings_of(h) ~= UNSET end
 
+-- What the caller's host keeps of the settings of the key and its scopes
+-- (enter's ARGV 18: each as settings_of() tells them, '-' for none, ';'
+-- between, the key first, then the scopes root first), put back in each
+-- of those hashes that is new at this call, which only a Redis that lost
+-- it has: with settings a hash has no idle TTL (kept()), and a host sends
+-- them only for names it used within the TTL (redis_ops.c settings_kept).
+-- Bounded as a setting made here is (the argument is input too, I8).
+local HEAL = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
+local function heal_settings(v)
+  if not v or v == '' then return end
+  local any = K_NEW
+  for si = 1, #SC do any = any or SC[si].new end
+  if not any then return end
+  local i = 0
+  for part in string.gmatch(v, '[^;]+') do
+    local sc = SC[i]
+    local put
+    if i == 0 and K_NEW then
+      put = p
+    elseif sc and sc.new then
+      put = function(f, x) sp(sc, f, x) end
+    end
+    local c, m, pz, rn, rp, ss, sh = string.match(part, HEAL)
+    if put and c then
+      c, m, rn, rp = tonumber(c), tonumber(m), tonumber(rn), tonumber(rp)
+      if c >= 1 then put('fixed_cap', math.min(c, SLOTS))
+      elseif m >= 1 then put('auto_max', math.min(m, SLOTS)) end
+      if pz == '1' then put('paused', 1) end
+      if rn >= 1 and rp >= 1 and rp <= 31622400000 then
+        put('rate_n', rn); put('rate_period', rp)
+      end
+      if ss == '1' then put('share_set', 1); put('share', math.min(tonumber(sh), 1000)) end
+    end
+    i = i + 1
+  end
+end
+
 -- Store the scopes that changed (called by store()); each gets the idle
 -- TTL past its not-before and its places' leases, as a key does (none
 -- when it keeps settings: kept()).
@@ -1057,6 +1094,7 @@ local function begin(KEYS, ARGV)
     local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
                 b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
     a = redis.call('HGETALL', sc.k)
+    sc.new = #a == 0 -- (settings a host kept go back: heal_settings)
     local dead = {}
     local ss = sc.s
     for i = 1, #a, 2 do

@@ -15,11 +15,14 @@
 -- segment's name: kept as that many reservations, holders h:r:NAME:I of
 -- the host that lapse with the liveness unless its next look keeps them,
 -- so that the host rejoins while its segment drains and every host
--- counts what it admitted.
+-- counts what it admitted.  ARGV 18 (may be absent): the settings the
+-- host keeps of the key and its scopes, put back where Redis lost them
+-- (common.lua heal_settings), before anything is decided.
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
 local fresh = wid == '0'
+heal_settings(ARGV[18])
 scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
 reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then

@@ -226,6 +226,9 @@ struct rds {
   /* this host's segment: how many callers of a key it still holds or
    * queues, and its name (hostname@segment: its reservations in Redis) */
   uint32_t (*seg_count)(void *arg, const char *key);
+  /* and the settings it keeps of a key and its scopes (backend.h) */
+  int (*seg_settings)(void *arg, const char *key, uint64_t within_ms,
+                      struct throttle__be_settings *out);
   void *seg_arg;
   char seg_id[400];
   /* connections */

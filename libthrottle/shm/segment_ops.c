@@ -250,6 +250,65 @@ int throttle__lock_record(throttle_t *h, const char *key, size_t len,
   return record_under(h, throttle__lock, key, len, now, r);
 }
 
+/* The settings of record r, as a backend tells them (backend.h); false
+ * when it has none. */
+static bool settings_of(const struct throttle__rec *r,
+                        struct throttle__be_settings *s) {
+  bool paused = (r->flags & THROTTLE__REC_PAUSED) != 0;
+  bool share = (r->flags & THROTTLE__REC_SHARE_SET) != 0;
+  if (r->fixed_cap == 0 && r->auto_max == 0 && !paused && r->rate_n == 0 &&
+      !share)
+    return false;
+  s->known = 1;
+  s->fixed_cap = r->fixed_cap <= THROTTLE__SLOTS ? r->fixed_cap : THROTTLE__SLOTS;
+  s->auto_max = r->auto_max <= THROTTLE__SLOTS ? r->auto_max : THROTTLE__SLOTS;
+  s->paused = paused;
+  s->rate_n = r->rate_period_ns != 0 ? r->rate_n : 0;
+  s->rate_period_ms = s->rate_n != 0 ? r->rate_period_ns / THROTTLE__NS_PER_MS : 0;
+  if (s->rate_n != 0 && s->rate_period_ms == 0)
+    s->rate_n = 0; /* a period under 1 ms: no rate a backend keeps */
+  s->share_set = share;
+  s->share_permille = share && r->share_permille <= 1000 ? r->share_permille
+                      : share ? 1000 : 0;
+  return true;
+}
+
+/* params segment_settings (backend.h): the records of key and of its
+ * scopes, under the mutex (one lookup each, no system call).  A record
+ * counts when it was used within within_ms: each enter's answer renews
+ * the use (throttle__segment_mirror), so one older than that (a key with
+ * no traffic through this host for the backend's idle TTL) may hold what
+ * the backend was told to drop since; it is not sent back. */
+int throttle__segment_settings(throttle_t *h, const char *key,
+                               uint64_t within_ms,
+                               struct throttle__be_settings *out) {
+  size_t len;
+  if (h->ro_src != NULL || throttle__check_key(h, key, &len) != 0 ||
+      throttle__lock_brief(h) != 0)
+    return 0;
+  uint64_t now = throttle__now_ns();
+  uint64_t within = within_ms <= UINT64_MAX / THROTTLE__NS_PER_MS
+                        ? within_ms * THROTTLE__NS_PER_MS
+                        : UINT64_MAX;
+  int n = 0;
+  size_t i = 1, end = throttle__scope_next(key, len, 0);
+  for (;;) {
+    size_t l = end != 0 ? end : len; /* the scopes first, then the key */
+    struct throttle__rec *r =
+        throttle__find_locked(h, key, l, throttle__hash(h->seed, key, l));
+    struct throttle__be_settings *s = &out[end != 0 ? i : 0];
+    if (r != NULL && r->last_use_ns <= now && now - r->last_use_ns < within &&
+        settings_of(r, s))
+      n++;
+    if (end == 0)
+      break;
+    end = ++i < THROTTLE__BE_NSETTINGS ? throttle__scope_next(key, len, end + 1)
+                                       : 0;
+  }
+  throttle__unlock(h);
+  return n;
+}
+
 void throttle__segment_mirror(throttle_t *h, const char *key,
                               const struct throttle__be_settings *s) {
   size_t len;
@@ -265,6 +324,7 @@ void throttle__segment_mirror(throttle_t *h, const char *key,
   if (r == NULL && any && throttle__insert_locked(h, key, len, hash, now, &r) != 0)
     r = NULL; /* no room: the segment keeps what it had */
   if (r != NULL) {
+    r->last_use_ns = now; /* a use: throttle__segment_settings */
     bool changed = false;
     uint32_t cap = s->fixed_cap <= THROTTLE__SLOTS ? s->fixed_cap : THROTTLE__SLOTS;
     uint32_t max = s->auto_max <= THROTTLE__SLOTS ? s->auto_max : THROTTLE__SLOTS;
