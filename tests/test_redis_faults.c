@@ -772,31 +772,42 @@ static void test_redis_faults_restart_heartbeat_registers_holders_again(
 }
 
 /* Redis restarts empty: the settings made through it (a key's cap and a
- * pool's cap above it) come back from a host that used them, at its next
- * enter and before that enter is decided, and another host then finds
- * them.  A host whose copy is older than the idle TTL (the key idle that
- * long in Redis, where its settings may have been dropped on purpose and
- * the key lapsed since) puts nothing back. */
+ * pool's cap above it) come back from a host that used them: for a key it
+ * holds, with the heartbeat that registers its holder again; for another,
+ * at its next enter and before that enter is decided; and another host
+ * then finds them.  A host whose copy is older than the idle TTL (the key
+ * idle that long in Redis, where its settings may have been dropped on
+ * purpose and the key lapsed since) puts nothing back. */
 static void test_redis_faults_restart_settings_put_back(void **state) {
   struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "1000", 1); /* a heartbeat each 250 ms */
   throttle_t *a = th_open(fx);
   assert_int_equal(throttle_set_max_parallel(a, "ws/k", 1), 0);
+  assert_int_equal(throttle_set_max_parallel(a, "ws/e", 1), 0);
   assert_int_equal(throttle_set_max_parallel(a, "ws", 2), 0);
   throttle_ticket_t *t = NULL, *t2 = NULL;
-  assert_int_equal(throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 10000, &t),
+  assert_int_equal(throttle_enter(a, "ws/e", THROTTLE_CLASS_LIVE, 10000, &t),
                    0);
   assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
-  th_redis_stop(&R, 1);
-  assert_int_equal(th_redis_start(&R), 0); /* empty */
   assert_int_equal(throttle_enter(a, "ws/k", THROTTLE_CLASS_LIVE, 10000, &t),
                    0);
+  th_redis_stop(&R, 1);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
   throttle_t *b = other_host(fx);
+  th_wait_field(b, "ws/k", THROTTLE_FIELD_IN_FLIGHT, 1, HANG_GUARD_MS);
   assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_CAP), 1);
   assert_int_equal(th_field(b, "ws/k", THROTTLE_FIELD_CAP_AUTO), 0);
   assert_int_equal(th_field(b, "ws", THROTTLE_FIELD_CAP), 2);
   assert_int_equal(th_field(b, "ws", THROTTLE_FIELD_CAP_AUTO), 0);
   assert_int_equal(
       throttle_try_enter(b, "ws/k", THROTTLE_CLASS_LIVE, &t2, NULL),
+      THROTTLE_EWOULDBLOCK);
+  assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_enter(a, "ws/e", THROTTLE_CLASS_LIVE, 10000, &t),
+                   0);
+  assert_int_equal(th_field(b, "ws/e", THROTTLE_FIELD_CAP_AUTO), 0);
+  assert_int_equal(
+      throttle_try_enter(b, "ws/e", THROTTLE_CLASS_LIVE, &t2, NULL),
       THROTTLE_EWOULDBLOCK);
   assert_int_equal(throttle_leave(a, t, THROTTLE_OUTCOME_OK, 0), 0);
 

@@ -6,9 +6,14 @@
 -- beside whoever came meanwhile, with its places in the pools above; 0
 -- when the admission was taken back (lapsed or reclaimed): it is never
 -- re-acquired then.  Fence '-r': a host's reservations kept (see below).
+-- The last argument (ARGV 12, or 10 after '-r'; may be absent): the
+-- settings the host keeps of the key and its scopes, put back where Redis
+-- lost them, as enter's ARGV 18 (common.lua heal_settings): a held key's
+-- state is made again here first after an empty restart.
 local id = ARGV[5]
 if id == '-r' then
   -- ARGV 6..9: the reservations of a host's segment (common.lua reserve)
+  heal_settings(ARGV[10])
   reserve(tonumber(ARGV[6] or ''), ARGV[7], tonumber(ARGV[8] or ''), ARGV[9])
   store()
   return 1
@@ -23,6 +28,7 @@ if not v then
   end
   local since = now - held
   if since + lease < now then return 0 end -- its lease is over anyway
+  heal_settings(ARGV[12])
   local rec = table.concat({ARGV[6], '0', fmt(#holders() + 1), fmt(since),
     fmt(now + live), fmt(since + lease), fmt(lease), fmt(live), ARGV[9],
     ARGV[10]}, ' ')

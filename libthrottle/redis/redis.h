@@ -330,6 +330,16 @@ void rds_give_back(struct rds *r, const char *key, const char *token,
  * first that fails; what is left waits for the liveness bound. */
 void rds_give_back_last(struct rds *r);
 void rds_reserved(struct rds *r, const char *key);
+/* What this host's segment keeps of the settings of key and its scopes,
+ * for a script to put back in a hash Redis lost (enter.lua ARGV 18,
+ * beat.lua ARGV 12, or 10 after '-r'): as the script tells settings, '-'
+ * for a name with none, ';' between, the key first; "" when there are
+ * none.  Asked for the names this host used within the idle TTL: a key
+ * idle for that long in Redis may have lapsed there for want of settings,
+ * dropped on purpose. */
+void rds_settings_kept(struct rds *r, const char *key, char *buf,
+                       size_t len);
+#define RDS_KEPT_LEN (THROTTLE__BE_NSETTINGS * 80)
 
 /* redis_lua.c (generated from the .lua files in libthrottle/redis/) */
 extern const char *const rds_scripts[RDS_NSCRIPTS];

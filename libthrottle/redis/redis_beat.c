@@ -85,6 +85,33 @@ void rds_give_back_last(struct rds *r) {
   pthread_mutex_unlock(&r->mu);
 }
 
+void rds_settings_kept(struct rds *r, const char *key, char *buf,
+                       size_t len) {
+  struct throttle__be_settings k[THROTTLE__BE_NSETTINGS] = {{0}};
+  buf[0] = 0;
+  if (r->seg_settings == NULL || r->seg_settings(r->seg_arg, key, r->ttl_ms, k) <= 0)
+    return;
+  int last = 0;
+  for (int i = 0; i < THROTTLE__BE_NSETTINGS; i++)
+    if (k[i].known)
+      last = i;
+  size_t n = 0;
+  for (int i = 0; i <= last && n < len; i++) {
+    const struct throttle__be_settings *s = &k[i];
+    int w = s->known ? snprintf(buf + n, len - n, "%s%u %u %d %u %llu %d %u",
+                                i ? ";" : "", s->fixed_cap, s->auto_max,
+                                s->paused ? 1 : 0, s->rate_n,
+                                (unsigned long long)s->rate_period_ms,
+                                s->share_set ? 1 : 0, s->share_permille)
+                     : snprintf(buf + n, len - n, "%s-", i ? ";" : "");
+    if (w < 0 || (size_t)w >= len - n) {
+      buf[0] = 0; /* never a part cut short */
+      return;
+    }
+    n += (size_t)w;
+  }
+}
+
 /* The reservations of this host's segment, kept while it holds or queues
  * callers of the key (a long request, and no new caller to look), dropped
  * once it has drained.  Under r->mu, dropped around each call. */
@@ -100,8 +127,10 @@ static void reserved_round(struct rds *r, redisContext **c) {
     if (*c != NULL || (*c = rds_connect(r)) != NULL) {
       char sn[16];
       snprintf(sn, sizeof sn, "%u", n);
-      const char *av[] = {"-r", sn, r->seg_id, live, r->me};
-      redisReply *rep = rds_eval(r, *c, RDS_BEAT, key, 5, av);
+      char kept[RDS_KEPT_LEN];
+      rds_settings_kept(r, key, kept, sizeof kept);
+      const char *av[] = {"-r", sn, r->seg_id, live, r->me, kept};
+      redisReply *rep = rds_eval(r, *c, RDS_BEAT, key, kept[0] ? 6 : 5, av);
       if (rep != NULL) {
         done = n == 0;
         freeReplyObject(rep);
@@ -165,9 +194,12 @@ static void beat_round(struct rds *r, redisContext **c) {
   for (i = 0; i < n; i++) {
     if (*c == NULL && (*c = rds_connect(r)) == NULL)
       break; /* Redis down: try again at the next beat */
+    char kept[RDS_KEPT_LEN];
+    rds_settings_kept(r, v[i].key, kept, sizeof kept);
     const char *av[] = {v[i].fence, v[i].cls, lease, live,
-                        r->me,      pid,      v[i].held};
-    redisReply *rep = rds_eval(r, *c, RDS_BEAT, v[i].key, 7, av);
+                        r->me,      pid,      v[i].held, kept};
+    redisReply *rep =
+        rds_eval(r, *c, RDS_BEAT, v[i].key, kept[0] ? 8 : 7, av);
     if (rep == NULL) {
       if ((*c)->err != 0) {
         redisFree(*c);

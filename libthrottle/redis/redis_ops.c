@@ -505,39 +505,6 @@ static void settings_of(const redisReply *rep,
   }
 }
 
-/* What this host's segment keeps of the settings of key and its scopes,
- * for the enter script to put back in a hash Redis lost (enter.lua ARGV
- * 18): as the script tells settings, '-' for a name with none, ';'
- * between, the key first; "" when there are none.  Asked for the names
- * this host used within the idle TTL: a key idle for that long in Redis
- * may have lapsed there for want of settings, dropped on purpose. */
-static void settings_kept(struct rds *r, const char *key, char *buf,
-                          size_t len) {
-  struct throttle__be_settings k[THROTTLE__BE_NSETTINGS] = {{0}};
-  buf[0] = 0;
-  if (r->seg_settings == NULL || r->seg_settings(r->seg_arg, key, r->ttl_ms, k) <= 0)
-    return;
-  int last = 0;
-  for (int i = 0; i < THROTTLE__BE_NSETTINGS; i++)
-    if (k[i].known)
-      last = i;
-  size_t n = 0;
-  for (int i = 0; i <= last && n < len; i++) {
-    const struct throttle__be_settings *s = &k[i];
-    int w = s->known ? snprintf(buf + n, len - n, "%s%u %u %d %u %llu %d %u",
-                                i ? ";" : "", s->fixed_cap, s->auto_max,
-                                s->paused ? 1 : 0, s->rate_n,
-                                (unsigned long long)s->rate_period_ms,
-                                s->share_set ? 1 : 0, s->share_permille)
-                     : snprintf(buf + n, len - n, "%s-", i ? ";" : "");
-    if (w < 0 || (size_t)w >= len - n) {
-      buf[0] = 0; /* never a part cut short */
-      return;
-    }
-    n += (size_t)w;
-  }
-}
-
 /* An enter's token: 64 random bits, and a counter of this process's
  * calls (never the same twice here; across hosts a clash is 2^-64). */
 static void new_token(char *token, size_t len) {
@@ -566,8 +533,8 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
   snprintf(pid, sizeof pid, "%d", (int)getpid());
   char token[48];
   new_token(token, sizeof token);
-  char kept[THROTTLE__BE_NSETTINGS * 80];
-  settings_kept(r, key, kept, sizeof kept);
+  char kept[RDS_KEPT_LEN];
+  rds_settings_kept(r, key, kept, sizeof kept);
   /* a try_enter waits for evidence that Redis is up one command timeout */
   uint64_t probe_by = nowait ? start + r->timeout_ms : deadline;
   redisContext *c = rds_get_by(r, probe_by);
