@@ -10,6 +10,7 @@
 -- settings the host keeps of the key and its scopes, put back where Redis
 -- lost them, as enter's ARGV 18 (common.lua heal_settings): a held key's
 -- state is made again here first after an empty restart.
+begin(KEYS, ARGV)
 local id = ARGV[5]
 if id == '-r' then
   -- ARGV 6..9: the reservations of a host's segment (common.lua reserve)

@@ -1,9 +1,10 @@
 -- common.lua: the helpers every script shares (see libthrottle/redis/redis.h
 -- for the gate rules mirrored here), and begin(KEYS, ARGV), which sets up
 -- one call's state.  Defined once: a Redis Functions library is this file
--- and one function per script, each calling begin() first; for EVAL (a
--- server without Functions) this file is in front of each script and
--- begin() is called right after it (the Makefile builds both forms).  The
+-- and one function per script; for EVAL (a server without Functions) this
+-- file is in front of each script (the Makefile builds both forms).  Each
+-- script calls begin() first; enter and leave try their lean path (at the
+-- end of this file) before it, which answers the common case alone.  The
 -- call's state lives in the locals below, every one of them set anew by
 -- begin(), so nothing of a call survives into the next (a script runs
 -- alone and is never reentered).  No redis.call outside a call: Redis
@@ -130,14 +131,13 @@ local function word(v, n) return string.match(v, WORD[n]) end
 -- every call walks the key's holders, and a host rejoining after an
 -- outage keeps up to SLOTS of them.
 local HWORDS = '^%s*(%S+)%s+%S+%s+%S+%s+(%S+)%s+(%S+)%s+(%S+)'
+local function hwords(v) -- class, since, live_until, lease_until
+  local c, a, b, d = string.match(v, HWORDS)
+  if not c then c, a, b, d = word(v, 1), word(v, 4), word(v, 5), word(v, 6) end
+  return c or '', tonumber(a) or 0, tonumber(b) or 0, tonumber(d) or 0
+end
 local function hparse(hv)
-  if not hv[3] then
-    local v = hv[2]
-    local c, a, b, d = string.match(v, HWORDS)
-    if not c then c, a, b, d = word(v, 1), word(v, 4), word(v, 5), word(v, 6) end
-    hv[3], hv[4] = c or '', tonumber(a) or 0
-    hv[5], hv[6] = tonumber(b) or 0, tonumber(d) or 0
-  end
+  if not hv[3] then hv[3], hv[4], hv[5], hv[6] = hwords(hv[2]) end
   return hv
 end
 
@@ -161,18 +161,18 @@ end
 
 -- The cap now (internal.h throttle__cap_of): fixed, else learned and
 -- bounded by auto:MAX.  A stored value that is no number in 1..SLOTS
--- (negative, huge, 'nan') means 1, or SLOTS when too large.
-local function cap_of()
-  local c = g('fixed_cap')
+-- (negative, huge, 'nan') means 1, or SLOTS when too large.  cap_from:
+-- of the fields fixed_cap, auto_cap and auto_max as g() reads them.
+local function cap_from(c, auto, m)
   if c == 0 then
-    c = g('auto_cap')
-    local m = g('auto_max')
+    c = auto
     if m >= 1 and m <= SLOTS and c > m then c = m end
   end
   if not (c >= 1) then c = 1 end
   if c > SLOTS then c = SLOTS end
   return math.floor(c)
 end
+local function cap_of() return cap_from(g('fixed_cap'), g('auto_cap'), g('auto_max')) end
 
 local function share_of()
   if g('share_set') == 0 then return 1000 end
@@ -902,26 +902,29 @@ end
 -- slow start).  Redis is the clock of hold times and of auto_learned.
 local MAX_RA_MS, NEED_FACTOR, MAX_WORK_US = 604800000, 20, 2 ^ 64
 
--- A stored integer in lo..hi, or nil (absent counts as 0).
-local function in_range(f, lo, hi)
-  local v = s[f]
+-- A stored integer in lo..hi, or nil (absent counts as 0): of field f,
+-- or (in_range_v) of a value as stored.
+local function in_range_v(v, lo, hi)
   if v == nil then v = 0 else v = tonumber(v) end
   if v == nil or not (v >= lo and v <= hi) then return nil end
   return math.floor(v)
 end
+local function in_range(f, lo, hi) return in_range_v(s[f], lo, hi) end
 
 -- Every learned field, bounded before use (I8: the hash is input too, as
 -- the segment is for gate_learn.c's throttle__learn_bound_locked): a value
 -- out of range resets as the design's table says, the cap never exceeds
 -- the bound, R never exceeds 7 days (so the price of a raise stays a
 -- finite number of ms), the learned time never lies ahead.
-local function learned_cap() -- the cap, its bound, auto_max
-  local max = in_range('auto_max', 0, SLOTS) or 0
+local function learned_cap_v(auto_cap, auto_max) -- values as stored
+  local max = in_range_v(auto_max, 0, SLOTS) or 0
   local bound = max >= 1 and max or SLOTS
-  local cap = in_range('auto_cap', 1, SLOTS) or 1
+  local cap = in_range_v(auto_cap, 1, SLOTS) or 1
   if cap > bound then cap = bound end
   return cap, bound, max
 end
+-- the cap, its bound, auto_max
+local function learned_cap() return learned_cap_v(s['auto_cap'], s['auto_max']) end
 local function learned()
   local L = {}
   L.cap, L.bound, L.max = learned_cap()
@@ -1058,9 +1061,13 @@ end
 -- Every per-call local above, set anew: Redis's clock, the key names and
 -- common arguments, the key's state hash and holder list and its scopes'
 -- hashes (read whole), the dead places of the scopes reaped, and a key
--- new to a scope seeded.
-local function begin(KEYS, ARGV)
-  local t = redis.call('TIME')
+-- new to a scope seeded.  pre: what the lean path read before it left the
+-- call to the whole script (below), used rather than read again: TIME's
+-- reply (t), the key's hash (k) and the scopes' (pre[1] the root's ...),
+-- each as its command answered.
+local function begin(KEYS, ARGV, pre)
+  pre = pre or {}
+  local t = pre.t or redis.call('TIME')
   local sec, us = tonumber(t[1]), tonumber(t[2])
   now = sec * 1000 + math.floor(us / 1000)
   now_us = sec * 1000000 + us
@@ -1070,7 +1077,7 @@ local function begin(KEYS, ARGV)
   NAME = ARGV[4]
   -- the hash and its holder list, in one walk of the reply
   s, dirty, gone, HL = {}, {}, {}, {}
-  local a, byte = redis.call('HGETALL', K), string.byte
+  local a, byte = pre.k or redis.call('HGETALL', K), string.byte
   for i = 1, #a, 2 do
     local f, v = a[i], a[i + 1]
     s[f] = v
@@ -1093,7 +1100,7 @@ local function begin(KEYS, ARGV)
     if not pos then break end
     local sc = {name = string.sub(NAME, 1, pos - 1), k = KEYS[j],
                 b = KEYS[j + 1], s = {}, dirty = {}, gone = {}}
-    a = redis.call('HGETALL', sc.k)
+    a = pre[#SC + 1] or redis.call('HGETALL', sc.k)
     sc.new = #a == 0 -- (settings a host kept go back: heal_settings)
     local dead = {}
     local ss = sc.s
@@ -1138,4 +1145,249 @@ local function begin(KEYS, ARGV)
       store_learned(L)
     end
   end
+end
+
+-- ---- the lean path --------------------------------------------------------
+-- The common cases decided from the replies alone, with no table but
+-- theirs and the write's: an arrival at an empty queue admitted at once
+-- (lean_enter), an OK report of a holder with nobody queued (lean_leave),
+-- for a key and scopes that hold nothing of an episode, a pause, a pool,
+-- a rate, a share or a host's reservations (a key's cap, fixed or
+-- learned, and its auto:MAX are read).  Each makes exactly the writes and
+-- the reply the whole script makes in that case.  Any other state goes to
+-- the whole script before anything is written: nil, and what was read
+-- (begin()'s pre), so that nothing is read twice.  Most of a fleet's calls
+-- are these, and the whole script's tables and helper calls cost several
+-- times its commands (bench_redis: the server-cost ratios).
+-- What the lean path makes of a field of a key's or a scope's hash, by
+-- name (one lookup a field): F_SKIP read by neither path here, F_OUT one
+-- only the whole script handles (a probe, and the settings of a pause, a
+-- rate or a share); a name not here is a holder's (h:...) or unknown.
+local F_SKIP, F_OUT, F_SEQ, F_ADM, F_EXP, F_USED, F_KEY, F_NB, F_AUTO,
+  F_FIXED, F_MAX, F_EPISODE, F_ANSWERED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+local LEAN_F = {seq = F_SEQ, admitted = F_ADM, exp = F_EXP, last_use = F_USED,
+  key = F_KEY, nb = F_NB, auto_cap = F_AUTO, fixed_cap = F_FIXED,
+  auto_max = F_MAX, episode = F_EPISODE, answered = F_ANSWERED, probe = F_OUT,
+  born = F_SKIP, auto_good = F_SKIP, probes = F_SKIP, reclaims = F_SKIP,
+  publishes = F_SKIP, last_delay = F_SKIP, last_pid = F_SKIP}
+for i = 1, #SETTINGS do
+  local f = SETTINGS[i]
+  if not LEAN_F[f] then LEAN_F[f] = F_OUT end
+end
+-- (tonumber(v) or 0) == 1, the usual values told without strtod
+local function is1(v)
+  if v == '1' then return true elseif v == '0' then return false end
+  return (tonumber(v) or 0) == 1
+end
+local function is_holder(f)
+  local b1, b2 = string.byte(f, 1, 2)
+  return b1 == 104 and b2 == 58
+end
+
+local function lean_now(pre)
+  local t = redis.call('TIME')
+  pre.t = t
+  local sec, us = tonumber(t[1]), tonumber(t[2])
+  now = sec * 1000 + math.floor(us / 1000)
+  now_us = sec * 1000000 + us
+end
+
+-- The scopes' hashes read into pre (root first, as begin() walks them);
+-- their number, or false when one holds a place, a probe or a setting;
+-- for enter, a not-before or an episode, or when the cold-scope rule
+-- (scope_cold: the lengths l429 and l503) or settings a host kept (heal:
+-- heal_settings) would write; for leave, when no answer reached it yet
+-- (scope_leave marks it).
+local function lean_scopes(KEYS, name, pre, enter, l429, l503, heal)
+  local at, j, n = 2, 6, 0
+  while KEYS[j + 1] do
+    local pos = string.find(name, '/', at, true)
+    if not pos then break end
+    local a = redis.call('HGETALL', KEYS[j])
+    n = n + 1
+    pre[n] = a
+    local cold = pos - 1 == l429 or pos - 1 == l503
+    if #a == 0 then
+      if enter and (heal or cold) then return false end
+    else
+      local answered, episode = false, false
+      for i = 1, #a, 2 do
+        local f = a[i]
+        local k = LEAN_F[f]
+        if k == nil then
+          if is_holder(f) then return false end
+        elseif k == F_ANSWERED then answered = (tonumber(a[i + 1]) or 0) ~= 0
+        elseif k == F_EPISODE then episode = is1(a[i + 1])
+        elseif k == F_OUT or k == F_FIXED or k == F_MAX then return false
+        elseif k == F_NB and enter and (tonumber(a[i + 1]) or 0) > now then
+          return false
+        end
+      end
+      if enter then
+        if episode or (cold and not answered) then return false end
+      elseif not answered then
+        return false
+      end
+    end
+    at = pos + 1
+    j = j + 2
+  end
+  return n
+end
+
+-- What store() writes of a key that keeps its settings or its idle TTL,
+-- after the fields the caller writes (w, from w[n + 1]): last_use, key,
+-- exp; returns the settings (as settings_of() tells them), the length of
+-- w, and PERSIST's or PEXPIRE's want ('persist', a ttl, or nil), sent
+-- after the HSET (lean_expire).  used, key, exp: the hash's last_use, key
+-- and exp as read; set: its settings (a table for settings_of(), nil when
+-- none); last: the latest lease or not-before.
+local function lean_store(w, n, used, key, name, exp, set, last, TTL)
+  local ks = set and settings_of(set) or UNSET
+  local nu = fmt(now)
+  if used ~= nu then w[n + 1], w[n + 2], n = 'last_use', nu, n + 2 end
+  if key ~= name then w[n + 1], w[n + 2], n = 'key', name, n + 2 end
+  local ttl = TTL + (last - now)
+  if ks ~= UNSET then
+    if exp ~= -1 then
+      w[n + 1], w[n + 2] = 'exp', '-1'
+      return ks, n + 2, 'persist'
+    end
+  elseif not (math.abs(now + ttl - exp) < TTL / 10) then
+    w[n + 1], w[n + 2] = 'exp', fmt(now + ttl)
+    return ks, n + 2, ttl
+  end
+  return ks, n, nil
+end
+local function lean_expire(K, want)
+  if want == 'persist' then
+    redis.call('PERSIST', K)
+  elseif want then
+    redis.call('PEXPIRE', K, want)
+  end
+end
+
+-- enter.lua's uncontended admission: its reply, or nil and pre.
+local function lean_enter(KEYS, ARGV)
+  local pre = {}
+  lean_now(pre)
+  local cls, lease, live = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+  local rsv = ARGV[16] ~= '0' and tonumber(ARGV[16] or '')
+  if ARGV[5] ~= '0' or (cls ~= '0' and cls ~= '1') or not lease or not live or
+     ARGV[10] == nil or (rsv and not (rsv <= 0)) then
+    return nil, pre
+  end
+  local K = KEYS[1]
+  local a = redis.call('HGETALL', K)
+  pre.k = a
+  if #a == 0 then return nil, pre end -- new: born, seeded, healed
+  local seq, adm, exp, nb, fixed, auto, max = 0, 0, 0, 0, 0, 0, 0
+  local used, key, set
+  local nh, last = 0, now
+  for i = 1, #a, 2 do
+    local f = a[i]
+    local k = LEAN_F[f]
+    if k == F_SKIP then -- (most fields are one of these)
+    elseif k == F_SEQ then seq = tonumber(a[i + 1]) or 0
+    elseif k == F_ADM then adm = tonumber(a[i + 1]) or 0
+    elseif k == F_EXP then exp = tonumber(a[i + 1]) or 0
+    elseif k == F_USED then used = a[i + 1]
+    elseif k == F_KEY then key = a[i + 1]
+    elseif k == F_AUTO then auto = tonumber(a[i + 1]) or 0
+    elseif k == F_NB then nb = tonumber(a[i + 1]) or 0
+    elseif k == F_FIXED or k == F_MAX then
+      set = set or {}
+      set[f] = a[i + 1]
+      if k == F_FIXED then fixed = tonumber(a[i + 1]) or 0 else max = tonumber(a[i + 1]) or 0 end
+    elseif k == F_OUT or (k == F_EPISODE and is1(a[i + 1])) then
+      return nil, pre
+    elseif k == nil and is_holder(f) then
+      if string.byte(f, 3) == 114 then return nil, pre end -- reservations (reserve)
+      nh = nh + 1
+      local _, _, _, lu = hwords(a[i + 1])
+      if lu > last then last = lu end
+    end
+  end
+  if nb > now then return nil, pre end
+  local n = lean_scopes(KEYS, ARGV[4], pre, true, tonumber(ARGV[13] or ''),
+    tonumber(ARGV[14] or ''), (ARGV[18] or '') ~= '')
+  if not n or nh >= cap_from(fixed, auto, max) or
+     redis.call('ZCARD', KEYS[2]) ~= 0 then
+    return nil, pre
+  end
+  -- fence(), grant() and store() as the whole script runs them here
+  if seq < now_us then seq = now_us end
+  local id, snow = fmt(seq + 1), fmt(now)
+  if now + lease > last then last = now + lease end
+  local w = {'seq', id, 'admitted', fmt(adm + 1), 'h:' .. id,
+    cls .. ' 0 ' .. (nh + 1) .. ' ' .. snow .. ' ' .. fmt(now + live) .. ' ' ..
+    fmt(now + lease) .. ' ' .. lease .. ' ' .. live .. ' ' .. ARGV[9] .. ' ' ..
+    ARGV[10] .. ' ' .. (ARGV[15] or '-')}
+  local ks, nw, want = lean_store(w, 6, used, key, ARGV[4], exp, set, last,
+    tonumber(ARGV[2]))
+  redis.call('HSET', K, unpack(w, 1, nw))
+  lean_expire(K, want)
+  local parts = ''
+  if n > 0 then parts = string.rep(UNSET .. ';', n - 1) .. UNSET end
+  return {0, id, 0, 0, ks, parts}
+end
+
+-- leave.lua's OK report of a holder with nobody queued that teaches the
+-- learned cap nothing: its reply, or nil and pre.
+local function lean_leave(KEYS, ARGV)
+  local pre = {}
+  lean_now(pre)
+  local id = ARGV[5]
+  if tonumber(ARGV[6]) ~= 0 or id == nil or id == '-' or ARGV[9] == 'pub' or
+     ARGV[9] == 'heal' then
+    return nil, pre
+  end
+  local K = KEYS[1]
+  local a = redis.call('HGETALL', K)
+  pre.k = a
+  local hf = 'h:' .. id
+  local mine, exp, nb, fixed, acap, amax = nil, 0, 0, 0, nil, nil
+  local used, key, set
+  local last = now
+  for i = 1, #a, 2 do
+    local f = a[i]
+    local k = LEAN_F[f]
+    if k == F_SKIP or k == F_SEQ or k == F_ADM or k == F_EPISODE or
+       k == F_ANSWERED then -- (read by neither path here)
+    elseif k == F_EXP then exp = tonumber(a[i + 1]) or 0
+    elseif k == F_USED then used = a[i + 1]
+    elseif k == F_KEY then key = a[i + 1]
+    elseif k == F_NB then nb = tonumber(a[i + 1]) or 0
+    elseif k == F_AUTO then acap = a[i + 1]
+    elseif f == 'probe' then return nil, pre
+    elseif k ~= nil then -- a setting: kept() reads them all
+      set = set or {}
+      set[f] = a[i + 1]
+      if k == F_FIXED then fixed = tonumber(a[i + 1]) or 0
+      elseif k == F_MAX then amax = a[i + 1] end
+    elseif f == hf then
+      mine = a[i + 1]
+    elseif is_holder(f) then
+      local _, _, _, lu = hwords(a[i + 1])
+      if lu > last then last = lu end
+    end
+  end
+  if not mine then return nil, pre end
+  if fixed == 0 then -- learn(): a success below the cap teaches nothing
+    local conc = tonumber(word(mine, 3)) or 0
+    if not (conc >= 0 and conc <= SLOTS) then conc = 0 end
+    if conc >= learned_cap_v(acap, amax) then return nil, pre end
+  end
+  if not lean_scopes(KEYS, ARGV[4], pre, false) or
+     redis.call('ZCARD', KEYS[2]) ~= 0 then
+    return nil, pre
+  end
+  if nb > last then last = nb end
+  local w = {}
+  local _, nw, want = lean_store(w, 0, used, key, ARGV[4], exp, set, last,
+    tonumber(ARGV[2]))
+  if nw > 0 then redis.call('HSET', K, unpack(w, 1, nw)) end
+  redis.call('HDEL', K, hf)
+  lean_expire(K, want)
+  return {0}
 end

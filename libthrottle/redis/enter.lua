@@ -18,6 +18,10 @@
 -- counts what it admitted.  ARGV 18 (may be absent): the settings the
 -- host keeps of the key and its scopes, put back where Redis lost them
 -- (common.lua heal_settings), before anything is decided.
+-- the common case first (common.lua lean_enter), else the whole script
+local lean, pre = lean_enter(KEYS, ARGV)
+if lean then return lean end
+begin(KEYS, ARGV, pre)
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
 local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}

@@ -4,6 +4,7 @@
 -- then one 'w pid age_ms cls host' per waiter in arrival order (the first
 -- 32; the age from its arrival number, which is Redis's clock in us)}.
 -- (a hash with no name holds only what keys beneath it left: seed_*)
+begin(KEYS, ARGV)
 if redis.call('EXISTS', K) == 0 or not s['key'] then return -1 end
 reap()
 reap_waiters()

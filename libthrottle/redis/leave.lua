@@ -12,6 +12,10 @@
 -- ({2}), or nothing is found ({1}: it may not have run yet).  ARGV 12:
 -- the waiter's number when its caller had one ('0' for an arrival).
 -- 'heal' answers {3} for a copy older than the key's last clear.
+-- the common case first (common.lua lean_leave), else the whole script
+local lean, pre = lean_leave(KEYS, ARGV)
+if lean then return lean end
+begin(KEYS, ARGV, pre)
 local id, outcome, ms, pid = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local heal = ARGV[9] == 'heal'
 local plain = ARGV[9] == 'pub' or heal

@@ -2,6 +2,7 @@
 -- Returns {ms until the not-before passes (0 = passed), held (1 paused,
 -- 2 probe of a lock episode out, 0 neither), watcher id}.  A watcher is
 -- woken through its list by a clear, a resume or the probe's answer.
+begin(KEYS, ARGV)
 local wid, live = ARGV[5], tonumber(ARGV[6])
 local nb = math.max(clamp_nb(), scope_nb())
 local left = 0

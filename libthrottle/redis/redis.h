@@ -121,7 +121,9 @@
  * Scripts.  The .lua files are built (Makefile) into two forms of the
  * same code: a Redis Functions library (Redis 7: common.lua's helpers
  * defined once when the library loads, one function per operation, each
- * calling common.lua's begin() first, which sets up the call's state),
+ * calling common.lua's begin() first, which sets up the call's state;
+ * enter and leave first try their lean path, which decides the common
+ * case from the replies alone and makes the same writes),
  * named libthrottle_DIGEST after a digest of its text, its functions
  * thr_DIGEST_OP, so that two versions of the module share a server
  * without calling each other's; and one script per operation, common.lua

@@ -1,6 +1,7 @@
 -- set: ARGV 5.. what (cap, auto, rate, share, pause, resume, cancel,
 -- clear, wait), a, b.  Returns 0, or -1 when the key does not exist and the
 -- operation needs it (resume, cancel, clear), nor any waiter beneath it.
+begin(KEYS, ARGV)
 local what, a, b = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local exists = redis.call('EXISTS', K) == 1
 touched[W], touched[WI], touched[X] = true, true, true
