@@ -1274,7 +1274,8 @@ local function lean_enter(KEYS, ARGV)
   local cls, lease, live = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
   local rsv = ARGV[16] ~= '0' and tonumber(ARGV[16] or '')
   if ARGV[5] ~= '0' or (cls ~= '0' and cls ~= '1') or not lease or not live or
-     ARGV[10] == nil or (rsv and not (rsv <= 0)) then
+     ARGV[10] == nil or (rsv and not (rsv <= 0)) or
+     redis.call('ZCARD', KEYS[2]) ~= 0 then -- (a look beside waiters: no walk)
     return nil, pre
   end
   local K = KEYS[1]
@@ -1311,10 +1312,7 @@ local function lean_enter(KEYS, ARGV)
   if nb > now then return nil, pre end
   local n = lean_scopes(KEYS, ARGV[4], pre, true, tonumber(ARGV[13] or ''),
     tonumber(ARGV[14] or ''), (ARGV[18] or '') ~= '')
-  if not n or nh >= cap_from(fixed, auto, max) or
-     redis.call('ZCARD', KEYS[2]) ~= 0 then
-    return nil, pre
-  end
+  if not n or nh >= cap_from(fixed, auto, max) then return nil, pre end
   -- fence(), grant() and store() as the whole script runs them here
   if seq < now_us then seq = now_us end
   local id, snow = fmt(seq + 1), fmt(now)
@@ -1339,7 +1337,7 @@ local function lean_leave(KEYS, ARGV)
   lean_now(pre)
   local id = ARGV[5]
   if tonumber(ARGV[6]) ~= 0 or id == nil or id == '-' or ARGV[9] == 'pub' or
-     ARGV[9] == 'heal' then
+     ARGV[9] == 'heal' or redis.call('ZCARD', KEYS[2]) ~= 0 then
     return nil, pre
   end
   local K = KEYS[1]
@@ -1378,10 +1376,7 @@ local function lean_leave(KEYS, ARGV)
     if not (conc >= 0 and conc <= SLOTS) then conc = 0 end
     if conc >= learned_cap_v(acap, amax) then return nil, pre end
   end
-  if not lean_scopes(KEYS, ARGV[4], pre, false) or
-     redis.call('ZCARD', KEYS[2]) ~= 0 then
-    return nil, pre
-  end
+  if not lean_scopes(KEYS, ARGV[4], pre, false) then return nil, pre end
   if nb > last then last = nb end
   local w = {}
   local _, nw, want = lean_store(w, 0, used, key, ARGV[4], exp, set, last,
