@@ -1058,6 +1058,13 @@ local function probe_of(id)
 end
 
 -- ---- one call's state -----------------------------------------------------
+-- now and now_us from TIME's reply
+local function set_clock(t)
+  local sec, us = tonumber(t[1]), tonumber(t[2])
+  now = sec * 1000 + math.floor(us / 1000)
+  now_us = sec * 1000000 + us
+end
+
 -- Every per-call local above, set anew: Redis's clock, the key names and
 -- common arguments, the key's state hash and holder list and its scopes'
 -- hashes (read whole), the dead places of the scopes reaped, and a key
@@ -1067,10 +1074,7 @@ end
 -- each as its command answered.
 local function begin(KEYS, ARGV, pre)
   pre = pre or {}
-  local t = pre.t or redis.call('TIME')
-  local sec, us = tonumber(t[1]), tonumber(t[2])
-  now = sec * 1000 + math.floor(us / 1000)
-  now_us = sec * 1000000 + us
+  set_clock(pre.t or redis.call('TIME'))
   K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
   QP, TTL = ARGV[1], tonumber(ARGV[2])
   MAXD, MAXS, LIMITS = nil, nil, ARGV[3]
@@ -1179,17 +1183,11 @@ local function is1(v)
   if v == '1' then return true elseif v == '0' then return false end
   return (tonumber(v) or 0) == 1
 end
-local function is_holder(f)
-  local b1, b2 = string.byte(f, 1, 2)
-  return b1 == 104 and b2 == 58
-end
 
 local function lean_now(pre)
   local t = redis.call('TIME')
   pre.t = t
-  local sec, us = tonumber(t[1]), tonumber(t[2])
-  now = sec * 1000 + math.floor(us / 1000)
-  now_us = sec * 1000000 + us
+  set_clock(t)
 end
 
 -- The scopes' hashes read into pre (root first, as begin() walks them);
@@ -1215,7 +1213,7 @@ local function lean_scopes(KEYS, name, pre, enter, l429, l503, heal)
         local f = a[i]
         local k = LEAN_F[f]
         if k == nil then
-          if is_holder(f) then return false end
+          if is_h(f) then return false end
         elseif k == F_ANSWERED then answered = (tonumber(a[i + 1]) or 0) ~= 0
         elseif k == F_EPISODE then episode = is1(a[i + 1])
         elseif k == F_OUT or k == F_FIXED or k == F_MAX then return false
@@ -1302,7 +1300,7 @@ local function lean_enter(KEYS, ARGV)
       if k == F_FIXED then fixed = tonumber(a[i + 1]) or 0 else max = tonumber(a[i + 1]) or 0 end
     elseif k == F_OUT or (k == F_EPISODE and is1(a[i + 1])) then
       return nil, pre
-    elseif k == nil and is_holder(f) then
+    elseif k == nil and is_h(f) then
       if string.byte(f, 3) == 114 then return nil, pre end -- reservations (reserve)
       nh = nh + 1
       local _, _, _, lu = hwords(a[i + 1])
@@ -1365,7 +1363,7 @@ local function lean_leave(KEYS, ARGV)
       elseif k == F_MAX then amax = a[i + 1] end
     elseif f == hf then
       mine = a[i + 1]
-    elseif is_holder(f) then
+    elseif is_h(f) then
       local _, _, _, lu = hwords(a[i + 1])
       if lu > last then last = lu end
     end
