@@ -7,7 +7,9 @@
 -- end of this file) before it, which answers the common case alone.  The
 -- call's state lives in the locals below, every one of them set anew by
 -- begin(), so nothing of a call survives into the next (a script runs
--- alone and is never reentered).  No redis.call outside a call: Redis
+-- alone and is never reentered); what a library keeps between calls is
+-- fixed tables and caches of a pure function (SMALL, argn's), and the
+-- lean path's one table of what it read, made anew at each call (PRE).  No redis.call outside a call: Redis
 -- refuses them while it loads a library.
 -- KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
@@ -39,13 +41,31 @@ local s, dirty, gone
 -- so that a holder admitted before it (a fence below born, or no hash at
 -- all) is known to be one Redis lost (beat.lua).
 local K_NEW
+-- The integers 0..SLOTS by their decimal spelling, and back (SMALL['12']
+-- is 12, NSTR[12] is '12'): most stored counts, caps and flags are one of
+-- these, told by a table lookup where tonumber() would parse the string
+-- twice (strtod) and a concatenation would print the number.  Written
+-- out: a script sent by EVAL makes them at each call, from its constants.
+local SMALL = {
+  ['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5,
+  ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9, ['10'] = 10, ['11'] = 11,
+  ['12'] = 12, ['13'] = 13, ['14'] = 14, ['15'] = 15, ['16'] = 16,
+  ['17'] = 17, ['18'] = 18, ['19'] = 19, ['20'] = 20, ['21'] = 21,
+  ['22'] = 22, ['23'] = 23, ['24'] = 24, ['25'] = 25, ['26'] = 26,
+  ['27'] = 27, ['28'] = 28, ['29'] = 29, ['30'] = 30, ['31'] = 31,
+  ['32'] = 32}
+local NSTR = {
+  [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12',
+  '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24',
+  '25', '26', '27', '28', '29', '30', '31', '32'}
+-- tonumber(v) or 0 for v a string or nil
+local function n0(v)
+  if v == nil then return 0 end
+  return SMALL[v] or tonumber(v) or 0
+end
 -- A field as a number (absent or no number: 0; absent is the common
 -- case, told without a call into C)
-local function g(f)
-  local v = s[f]
-  if v == nil then return 0 end
-  return tonumber(v) or 0
-end
+local function g(f) return n0(s[f]) end
 -- The holder list ({fence, value} each), made by begin() from the hash
 -- as read: a write of a holder field makes a new one (never changed in
 -- place: a caller may be walking the old one), the field's entry last,
@@ -170,6 +190,7 @@ local function cap_from(c, auto, m)
   end
   if not (c >= 1) then c = 1 end
   if c > SLOTS then c = SLOTS end
+  if c % 1 == 0 then return c end
   return math.floor(c)
 end
 local function cap_of() return cap_from(g('fixed_cap'), g('auto_cap'), g('auto_max')) end
@@ -905,8 +926,9 @@ local MAX_RA_MS, NEED_FACTOR, MAX_WORK_US = 604800000, 20, 2 ^ 64
 -- A stored integer in lo..hi, or nil (absent counts as 0): of field f,
 -- or (in_range_v) of a value as stored.
 local function in_range_v(v, lo, hi)
-  if v == nil then v = 0 else v = tonumber(v) end
+  if v == nil then v = 0 else v = SMALL[v] or tonumber(v) end
   if v == nil or not (v >= lo and v <= hi) then return nil end
+  if v % 1 == 0 then return v end -- (math.floor's answer, without a call)
   return math.floor(v)
 end
 local function in_range(f, lo, hi) return in_range_v(s[f], lo, hi) end
@@ -1060,9 +1082,10 @@ end
 -- ---- one call's state -----------------------------------------------------
 -- now and now_us from TIME's reply
 local function set_clock(t)
-  local sec, us = tonumber(t[1]), tonumber(t[2])
-  now = sec * 1000 + math.floor(us / 1000)
-  now_us = sec * 1000000 + us
+  -- (TIME answers digits: arithmetic converts each once, where tonumber
+  -- would twice; both are integers below 2^53, so each step is exact)
+  now_us = t[1] * 1000000 + t[2]
+  now = (now_us - now_us % 1000) / 1000
 end
 
 -- Every per-call local above, set anew: Redis's clock, the key names and
@@ -1072,8 +1095,9 @@ end
 -- call to the whole script (below), used rather than read again: TIME's
 -- reply (t), the key's hash (k) and the scopes' (pre[1] the root's ...),
 -- each as its command answered.
+local NO_PRE = {}
 local function begin(KEYS, ARGV, pre)
-  pre = pre or {}
+  pre = pre or NO_PRE
   set_clock(pre.t or redis.call('TIME'))
   K, W, WI, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
   QP, TTL = ARGV[1], tonumber(ARGV[2])
@@ -1179,15 +1203,49 @@ for i = 1, #SETTINGS do
   if not LEAN_F[f] then LEAN_F[f] = F_OUT end
 end
 -- (tonumber(v) or 0) == 1, the usual values told without strtod
-local function is1(v)
-  if v == '1' then return true elseif v == '0' then return false end
-  return (tonumber(v) or 0) == 1
+local function is1(v) return n0(v) == 1 end
+
+-- A number an argument gives, for the arguments that repeat call after
+-- call (the idle TTL, a lease, a liveness, the lengths of the cold-scope
+-- rule): tonumber(v) or false, parsed once and then looked up; and true
+-- when v is a whole number of ms that a holder record may hold as given:
+-- 1 to 13 digits, no leading zero (so it is spelled as joining the
+-- number to a string spells it, and a sum of it and a time is below
+-- 2^53, which fmt() prints with '%d').  A cache of a function of its
+-- argument only, not a call's state: it holds at most ARGN_MAX strings,
+-- then starts again.  Only a library kept between calls keeps it (KEPT:
+-- a Functions library, loaded once; a script sent by EVAL runs this file
+-- at each call, where a cache would cost more than it saves).
+local KEPT = redis.register_function ~= nil
+local ARGN, ARGOK, argn_n, ARGN_MAX = {}, {}, 0, 64
+local function ms_digits(v)
+  return #v <= 13 and string.find(v, '^%d+$') ~= nil and
+    (string.byte(v, 1) ~= 48 or v == '0')
+end
+local function argn(v)
+  if v == nil then return false, false end
+  if not KEPT then return tonumber(v) or false, ms_digits(v) end
+  local x = ARGN[v]
+  if x == nil then
+    if argn_n >= ARGN_MAX then ARGN, ARGOK, argn_n = {}, {}, 0 end
+    x = tonumber(v) or false
+    ARGN[v], ARGOK[v] = x, ms_digits(v)
+    argn_n = argn_n + 1
+  end
+  return x, ARGOK[v]
 end
 
-local function lean_now(pre)
+-- What the lean path read, for the whole script when it leaves the call
+-- to it (begin()'s pre): one table, made anew in each call's first step.
+local PRE = {t = false, k = false, n = 0}
+local function lean_now()
+  local pre = PRE
+  for i = 1, pre.n do pre[i] = nil end
+  pre.n, pre.k = 0, false
   local t = redis.call('TIME')
   pre.t = t
   set_clock(t)
+  return pre
 end
 
 -- The scopes' hashes read into pre (root first, as begin() walks them);
@@ -1203,7 +1261,7 @@ local function lean_scopes(KEYS, name, pre, enter, l429, l503, heal)
     if not pos then break end
     local a = redis.call('HGETALL', KEYS[j])
     n = n + 1
-    pre[n] = a
+    pre[n], pre.n = a, n
     local cold = pos - 1 == l429 or pos - 1 == l503
     if #a == 0 then
       if enter and (heal or cold) then return false end
@@ -1214,7 +1272,7 @@ local function lean_scopes(KEYS, name, pre, enter, l429, l503, heal)
         local k = LEAN_F[f]
         if k == nil then
           if is_h(f) then return false end
-        elseif k == F_ANSWERED then answered = (tonumber(a[i + 1]) or 0) ~= 0
+        elseif k == F_ANSWERED then answered = n0(a[i + 1]) ~= 0
         elseif k == F_EPISODE then episode = is1(a[i + 1])
         elseif k == F_OUT or k == F_FIXED or k == F_MAX then return false
         elseif k == F_NB and enter and (tonumber(a[i + 1]) or 0) > now then
@@ -1239,10 +1297,9 @@ end
 -- w, and PERSIST's or PEXPIRE's want ('persist', a ttl, or nil), sent
 -- after the HSET (lean_expire).  used, key, exp: the hash's last_use, key
 -- and exp as read; set: its settings (a table for settings_of(), nil when
--- none); last: the latest lease or not-before.
-local function lean_store(w, n, used, key, name, exp, set, last, TTL)
+-- none); last: the latest lease or not-before; nu: fmt(now).
+local function lean_store(w, n, used, key, name, exp, set, last, TTL, nu)
   local ks = set and settings_of(set) or UNSET
-  local nu = fmt(now)
   if used ~= nu then w[n + 1], w[n + 2], n = 'last_use', nu, n + 2 end
   if key ~= name then w[n + 1], w[n + 2], n = 'key', name, n + 2 end
   local ttl = TTL + (last - now)
@@ -1265,14 +1322,27 @@ local function lean_expire(K, want)
   end
 end
 
+-- enter's reply's settings of the scopes when none has any (UNSET each,
+-- ';' between), by their number
+local PARTS = {[0] = ''}
+local function parts_of(n)
+  local v = PARTS[n]
+  if not v then
+    v = string.rep(UNSET .. ';', n - 1) .. UNSET
+    PARTS[n] = v
+  end
+  return v
+end
+
 -- enter.lua's uncontended admission: its reply, or nil and pre.
 local function lean_enter(KEYS, ARGV)
-  local pre = {}
-  lean_now(pre)
-  local cls, lease, live = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+  local pre = lean_now()
+  local cls = ARGV[6]
+  local lease, lease_ok = argn(ARGV[7])
+  local live, live_ok = argn(ARGV[8])
   local rsv = ARGV[16] ~= '0' and tonumber(ARGV[16] or '')
-  if ARGV[5] ~= '0' or (cls ~= '0' and cls ~= '1') or not lease or not live or
-     ARGV[10] == nil or (rsv and not (rsv <= 0)) or
+  if ARGV[5] ~= '0' or (cls ~= '0' and cls ~= '1') or not lease_ok or
+     not live_ok or ARGV[10] == nil or (rsv and not (rsv <= 0)) or
      redis.call('ZCARD', KEYS[2]) ~= 0 then -- (a look beside waiters: no walk)
     return nil, pre
   end
@@ -1288,16 +1358,16 @@ local function lean_enter(KEYS, ARGV)
     local k = LEAN_F[f]
     if k == F_SKIP then -- (most fields are one of these)
     elseif k == F_SEQ then seq = tonumber(a[i + 1]) or 0
-    elseif k == F_ADM then adm = tonumber(a[i + 1]) or 0
+    elseif k == F_ADM then adm = n0(a[i + 1])
     elseif k == F_EXP then exp = tonumber(a[i + 1]) or 0
     elseif k == F_USED then used = a[i + 1]
     elseif k == F_KEY then key = a[i + 1]
-    elseif k == F_AUTO then auto = tonumber(a[i + 1]) or 0
+    elseif k == F_AUTO then auto = n0(a[i + 1])
     elseif k == F_NB then nb = tonumber(a[i + 1]) or 0
     elseif k == F_FIXED or k == F_MAX then
       set = set or {}
       set[f] = a[i + 1]
-      if k == F_FIXED then fixed = tonumber(a[i + 1]) or 0 else max = tonumber(a[i + 1]) or 0 end
+      if k == F_FIXED then fixed = n0(a[i + 1]) else max = n0(a[i + 1]) end
     elseif k == F_OUT or (k == F_EPISODE and is1(a[i + 1])) then
       return nil, pre
     elseif k == nil and is_h(f) then
@@ -1308,34 +1378,34 @@ local function lean_enter(KEYS, ARGV)
     end
   end
   if nb > now then return nil, pre end
-  local n = lean_scopes(KEYS, ARGV[4], pre, true, tonumber(ARGV[13] or ''),
-    tonumber(ARGV[14] or ''), (ARGV[18] or '') ~= '')
+  local n = lean_scopes(KEYS, ARGV[4], pre, true, argn(ARGV[13]),
+    argn(ARGV[14]), (ARGV[18] or '') ~= '')
   if not n or nh >= cap_from(fixed, auto, max) then return nil, pre end
-  -- fence(), grant() and store() as the whole script runs them here
+  -- fence(), grant() and store() as the whole script runs them here (the
+  -- numbers fmt() would print with '%d' printed so, two at once)
   if seq < now_us then seq = now_us end
-  local id, snow = fmt(seq + 1), fmt(now)
+  local id, snow = fmt(seq + 1), string.format('%d', now)
   if now + lease > last then last = now + lease end
-  local w = {'seq', id, 'admitted', fmt(adm + 1), 'h:' .. id,
-    cls .. ' 0 ' .. (nh + 1) .. ' ' .. snow .. ' ' .. fmt(now + live) .. ' ' ..
-    fmt(now + lease) .. ' ' .. lease .. ' ' .. live .. ' ' .. ARGV[9] .. ' ' ..
-    ARGV[10] .. ' ' .. (ARGV[15] or '-')}
+  local w = {'seq', id, 'admitted', NSTR[adm + 1] or fmt(adm + 1), 'h:' .. id,
+    cls .. ' 0 ' .. (NSTR[nh + 1] or fmt(nh + 1)) .. ' ' .. snow .. ' ' ..
+    string.format('%d %d', now + live, now + lease) .. ' ' .. ARGV[7] .. ' ' ..
+    ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. (ARGV[15] or '-'),
+    false, false, false, false, false, false}
   local ks, nw, want = lean_store(w, 6, used, key, ARGV[4], exp, set, last,
-    tonumber(ARGV[2]))
+    argn(ARGV[2]), snow)
   redis.call('HSET', K, unpack(w, 1, nw))
   lean_expire(K, want)
-  local parts = ''
-  if n > 0 then parts = string.rep(UNSET .. ';', n - 1) .. UNSET end
-  return {0, id, 0, 0, ks, parts}
+  return {0, id, 0, 0, ks, parts_of(n)}
 end
 
 -- leave.lua's OK report of a holder with nobody queued that teaches the
 -- learned cap nothing: its reply, or nil and pre.
 local function lean_leave(KEYS, ARGV)
-  local pre = {}
-  lean_now(pre)
+  local pre = lean_now()
   local id = ARGV[5]
-  if tonumber(ARGV[6]) ~= 0 or id == nil or id == '-' or ARGV[9] == 'pub' or
-     ARGV[9] == 'heal' or redis.call('ZCARD', KEYS[2]) ~= 0 then
+  if (SMALL[ARGV[6]] or tonumber(ARGV[6])) ~= 0 or id == nil or id == '-' or
+     ARGV[9] == 'pub' or ARGV[9] == 'heal' or
+     redis.call('ZCARD', KEYS[2]) ~= 0 then
     return nil, pre
   end
   local K = KEYS[1]
@@ -1359,7 +1429,7 @@ local function lean_leave(KEYS, ARGV)
     elseif k ~= nil then -- a setting: kept() reads them all
       set = set or {}
       set[f] = a[i + 1]
-      if k == F_FIXED then fixed = tonumber(a[i + 1]) or 0
+      if k == F_FIXED then fixed = n0(a[i + 1])
       elseif k == F_MAX then amax = a[i + 1] end
     elseif f == hf then
       mine = a[i + 1]
@@ -1370,15 +1440,15 @@ local function lean_leave(KEYS, ARGV)
   end
   if not mine then return nil, pre end
   if fixed == 0 then -- learn(): a success below the cap teaches nothing
-    local conc = tonumber(word(mine, 3)) or 0
+    local conc = n0(word(mine, 3))
     if not (conc >= 0 and conc <= SLOTS) then conc = 0 end
     if conc >= learned_cap_v(acap, amax) then return nil, pre end
   end
   if not lean_scopes(KEYS, ARGV[4], pre, false) then return nil, pre end
   if nb > last then last = nb end
-  local w = {}
+  local w = {false, false, false, false, false, false}
   local _, nw, want = lean_store(w, 0, used, key, ARGV[4], exp, set, last,
-    tonumber(ARGV[2]))
+    argn(ARGV[2]), string.format('%d', now))
   if nw > 0 then redis.call('HSET', K, unpack(w, 1, nw)) end
   redis.call('HDEL', K, hf)
   lean_expire(K, want)
