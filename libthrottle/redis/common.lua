@@ -8,9 +8,9 @@
 -- call's state lives in the locals below, every one of them set anew by
 -- begin(), so nothing of a call survives into the next (a script runs
 -- alone and is never reentered); what a library keeps between calls is
--- fixed tables and caches of a pure function (SMALL, argn's), and the
--- lean path's one table of what it read, made anew at each call (PRE).  No redis.call outside a call: Redis
--- refuses them while it loads a library.
+-- fixed tables, a cache of a pure function (argn's) and the lean path's
+-- one table of what it read, cleared at each call (PRE).  No redis.call
+-- outside a call: Redis refuses them while it loads a library.
 -- KEYS: 1 state hash (with the holders, as
 -- fields h:FENCE, so an uncontended admission reads and writes one key),
 -- 2 waiters zset, 3 waiter info hash, 4 watchers zset, 5 beneath hash,
@@ -1236,7 +1236,7 @@ local function argn(v)
 end
 
 -- What the lean path read, for the whole script when it leaves the call
--- to it (begin()'s pre): one table, made anew in each call's first step.
+-- to it (begin()'s pre): one table, cleared in each call's first step.
 local PRE = {t = false, k = false, n = 0}
 local function lean_now()
   local pre = PRE
