@@ -135,7 +135,7 @@ class Case:
         lens = [len(n) for n in self.scope_names()] or [0]
         if self.op == 'enter':
             self.argv = ['0', self.pick('0', '1'), '600000', '10000', 'h1',
-                         '4242', self.pick('0', '1'), self.pick('-1', '5000'),
+                         '4242', self.pick('n', '-1', '5000'),
                          str(lens[0]), str(lens[-1]), 'tok3', '0', 'h1@/seg']
         else:
             self.argv = [self.ids[0] if self.ids else str(self.now_us - 5),
@@ -214,13 +214,13 @@ class Case:
             self.key['h:r:h1@/seg:1'] = '0 0 1 %d %d %d 10000 10000 h1 0 -' % (
                 now, now + 10000, now + 10000)
             if r.random() < 0.5 and self.op == 'enter':
-                self.argv[11] = self.pick('0', '1')
+                self.argv[10] = self.pick('0', '1')
         elif e == 3 and sc is not None:
             sc.clear()
             if self.op == 'enter':
                 if r.random() < 0.5:  # no cold-scope rule for it
-                    self.argv[8:10] = ['0', '0']
-                self.argv[12:] = ['h1@/seg', self.pick(
+                    self.argv[7:9] = ['0', '0']
+                self.argv[11:] = ['h1@/seg', self.pick(
                     '-;1 0 1 0 0 0 0', '-;2 0 0 0 0 0 0', '-;- ;0 0 1 0 0 0 0',
                     '0 0 1 0 0 0 0;0 0 1 0 0 0 0')]
         elif e == 4 and sc is not None:
@@ -335,8 +335,7 @@ class Case:
             argv = [wid, self.pick('0', '0', '1', '2'),
                     self.pick('600000', '600000', 'x'),
                     self.pick('10000', '10000', '1000'),
-                    'h1', '4242', self.pick('0', '1'),
-                    self.pick('-1', '0', '5000'),
+                    'h1', '4242', self.pick('n', '-1', '0', '5000'),
                     str(r.choice(lens)), str(r.choice(lens)),
                     'tok%d' % r.randint(0, 9),
                     self.pick('0', '0', '0', '1', 'nan'), 'h1@/seg']

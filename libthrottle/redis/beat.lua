@@ -8,7 +8,7 @@
 -- re-acquired then.  Fence '-r': a host's reservations kept (see below).
 -- The last argument (ARGV 12, or 10 after '-r'; may be absent): the
 -- settings the host keeps of the key and its scopes, put back where Redis
--- lost them, as enter's ARGV 18 (common.lua heal_settings): a held key's
+-- lost them, as enter's ARGV 17 (common.lua heal_settings): a held key's
 -- state is made again here first after an empty restart.
 begin(KEYS, ARGV)
 local id = ARGV[5]

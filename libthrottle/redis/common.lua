@@ -669,7 +669,7 @@ end
 local function kept(h) return settings_of(h) ~= UNSET end
 
 -- What the caller's host keeps of the settings of the key and its scopes
--- (enter's ARGV 18: each as settings_of() tells them, '-' for none, ';'
+-- (enter's ARGV 17: each as settings_of() tells them, '-' for none, ';'
 -- between, the key first, then the scopes root first), put back in each
 -- of those hashes that is new at this call, which only a Redis that lost
 -- it has: with settings a hash has no idle TTL (kept()), and a host sends
@@ -1058,15 +1058,12 @@ local function learn(outcome, concurrent, others, hv, ra_ms)
 end
 
 -- ---- enter's reply ---------------------------------------------------------
--- The settings of the key and of its scopes, and whether an admission
--- is a probe (enter.lua).
--- two values: the last elements of a reply
+-- The settings of the key and of its scopes (enter.lua), one string:
+-- the key's, then each scope's, root first, ';' before each.
 local function settings()
-  if #SC == 0 then return settings_of(s), '' end
-  if #SC == 1 then return settings_of(s), settings_of(SC[1].s) end
-  local sc = {}
-  for i = 1, #SC do local x = SC[i] sc[i] = settings_of(x.s) end
-  return settings_of(s), table.concat(sc, ';')
+  local v = ';' .. settings_of(s)
+  for i = 1, #SC do v = v .. ';' .. settings_of(SC[i].s) end
+  return v
 end
 -- 1 when admission id is the probe of its key's episode or of a scope's
 -- (gate.c: throttle_ticket_is_probe())
@@ -1077,6 +1074,18 @@ local function probe_of(id)
     if pr ~= nil and pr == place_of(id) then return 1 end
   end
   return 0
+end
+-- enter's reply: one bulk string, 'enter STATUS ID PROBE HINT' and the
+-- settings (settings()).  A string, not an array: Redis turns a table
+-- into its reply by looking for half a dozen named fields first, which
+-- costs an uncontended admission more than its writes.  hint is whole
+-- ms, toward zero (as a number in an array reply was).
+local function answer(st, id, probe, hint)
+  if hint % 1 ~= 0 then
+    if hint < 0 then hint = math.ceil(hint) else hint = math.floor(hint) end
+  end
+  return 'enter ' .. st .. ' ' .. id .. ' ' .. probe .. ' ' .. fmt(hint) ..
+    settings()
 end
 
 -- ---- one call's state -----------------------------------------------------
@@ -1322,25 +1331,31 @@ local function lean_expire(K, want)
   end
 end
 
--- enter's reply's settings of the scopes when none has any (UNSET each,
--- ';' between), by their number
+-- enter's reply's settings of the scopes when none has any (settings():
+-- ';' and UNSET for each), by their number
 local PARTS = {[0] = ''}
 local function parts_of(n)
   local v = PARTS[n]
   if not v then
-    v = string.rep(UNSET .. ';', n - 1) .. UNSET
+    v = string.rep(';' .. UNSET, n)
     PARTS[n] = v
   end
   return v
 end
 
+-- The writes of lean_enter and lean_leave, one table each made once:
+-- each call fills it from the start and sends what it filled
+-- (unpack(w, 1, n)).
+local LW = {'seq', false, 'admitted', false, false, false, false, false,
+  false, false, false, false}
+local LL = {false, false, false, false, false, false}
 -- enter.lua's uncontended admission: its reply, or nil and pre.
 local function lean_enter(KEYS, ARGV)
   local pre = lean_now()
   local cls = ARGV[6]
   local lease, lease_ok = argn(ARGV[7])
   local live, live_ok = argn(ARGV[8])
-  local rsv = ARGV[16] ~= '0' and tonumber(ARGV[16] or '')
+  local rsv = ARGV[15] ~= '0' and tonumber(ARGV[15] or '')
   if ARGV[5] ~= '0' or (cls ~= '0' and cls ~= '1') or not lease_ok or
      not live_ok or ARGV[10] == nil or (rsv and not (rsv <= 0)) or
      redis.call('ZCARD', KEYS[2]) ~= 0 then -- (a look beside waiters: no walk)
@@ -1378,24 +1393,24 @@ local function lean_enter(KEYS, ARGV)
     end
   end
   if nb > now then return nil, pre end
-  local n = lean_scopes(KEYS, ARGV[4], pre, true, argn(ARGV[13]),
-    argn(ARGV[14]), (ARGV[18] or '') ~= '')
+  local n = lean_scopes(KEYS, ARGV[4], pre, true, argn(ARGV[12]),
+    argn(ARGV[13]), (ARGV[17] or '') ~= '')
   if not n or nh >= cap_from(fixed, auto, max) then return nil, pre end
   -- fence(), grant() and store() as the whole script runs them here (the
   -- numbers fmt() would print with '%d' printed so, two at once)
   if seq < now_us then seq = now_us end
   local id, snow = fmt(seq + 1), string.format('%d', now)
   if now + lease > last then last = now + lease end
-  local w = {'seq', id, 'admitted', NSTR[adm + 1] or fmt(adm + 1), 'h:' .. id,
-    cls .. ' 0 ' .. (NSTR[nh + 1] or fmt(nh + 1)) .. ' ' .. snow .. ' ' ..
+  local w = LW
+  w[2], w[4], w[5] = id, NSTR[adm + 1] or fmt(adm + 1), 'h:' .. id
+  w[6] = cls .. ' 0 ' .. (NSTR[nh + 1] or fmt(nh + 1)) .. ' ' .. snow .. ' ' ..
     string.format('%d %d', now + live, now + lease) .. ' ' .. ARGV[7] .. ' ' ..
-    ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. (ARGV[15] or '-'),
-    false, false, false, false, false, false}
+    ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. (ARGV[14] or '-')
   local ks, nw, want = lean_store(w, 6, used, key, ARGV[4], exp, set, last,
     argn(ARGV[2]), snow)
   redis.call('HSET', K, unpack(w, 1, nw))
   lean_expire(K, want)
-  return {0, id, 0, 0, ks, parts_of(n)}
+  return 'enter 0 ' .. id .. ' 0 0;' .. ks .. parts_of(n) -- answer()
 end
 
 -- leave.lua's OK report of a holder with nobody queued that teaches the
@@ -1446,11 +1461,11 @@ local function lean_leave(KEYS, ARGV)
   end
   if not lean_scopes(KEYS, ARGV[4], pre, false) then return nil, pre end
   if nb > last then last = nb end
-  local w = {false, false, false, false, false, false}
+  local w = LL
   local _, nw, want = lean_store(w, 0, used, key, ARGV[4], exp, set, last,
     argn(ARGV[2]), string.format('%d', now))
   if nw > 0 then redis.call('HSET', K, unpack(w, 1, nw)) end
   redis.call('HDEL', K, hf)
   lean_expire(K, want)
-  return {0}
+  return 'leave 0'
 end

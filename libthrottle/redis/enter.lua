@@ -1,21 +1,23 @@
 -- enter: ARGV 5.. wid (0 = arrive now), class, lease ms, liveness ms, host,
--- pid, nowait (1/0), ms left before the caller's deadline (-1 = none), the
--- lengths of the names a 429 and a 503 go to (the cold-scope rule), and
--- the call's token (kept in its waiter and holder records: a caller whose
--- command failed gives back by it what the command did, leave.lua).
--- Returns {status, id, probe, hint ms}: 0 admitted (id is the fence),
--- 1 wait (hint: ms until time alone may open the gate, -1: a slot),
--- 2 canceled, 3 the waiter record is gone (arrive again), 4 not admitted
--- and not waiting (nowait, or the not-before lies past the deadline);
--- then the key's own settings and its scopes' (mirrored in the host's
--- segment): 'fixed_cap auto_max paused rate_n rate_period share_set share'
--- for the key, and the same for each scope, root first, joined by ';'.
--- ARGV 16, 17: how many callers of the key the caller's host's segment
+-- pid, the ms left before the caller's deadline (-1 = none; 'n': a look
+-- that does not wait, nowait), the lengths of the names a 429 and a 503
+-- go to (the cold-scope rule), and the call's token (kept in its waiter
+-- and holder records: a caller whose command failed gives back by it
+-- what the command did, leave.lua).
+-- Returns one string (common.lua answer): 'enter STATUS ID PROBE HINT',
+-- STATUS 0 admitted (ID is the fence), 1 wait (HINT: ms until time alone
+-- may open the gate, -1: a slot), 2 canceled, 3 the waiter record is gone
+-- (arrive again), 4 not admitted and not waiting (nowait, or the
+-- not-before lies past the deadline); then the key's own settings and
+-- its scopes' (mirrored in the host's segment), ';' before each:
+-- 'fixed_cap auto_max paused rate_n rate_period share_set share' for the
+-- key, and the same for each scope, root first.
+-- ARGV 15, 16: how many callers of the key the caller's host's segment
 -- still holds or queues (admitted there while Redis was away), and that
 -- segment's name: kept as that many reservations, holders h:r:NAME:I of
 -- the host that lapse with the liveness unless its next look keeps them,
 -- so that the host rejoins while its segment drains and every host
--- counts what it admitted.  ARGV 18 (may be absent): the settings the
+-- counts what it admitted.  ARGV 17 (may be absent): the settings the
 -- host keeps of the key and its scopes, put back where Redis lost them
 -- (common.lua heal_settings), before anything is decided.
 -- the common case first (common.lua lean_enter), else the whole script
@@ -23,12 +25,12 @@ local lean, pre = lean_enter(KEYS, ARGV)
 if lean then return lean end
 begin(KEYS, ARGV, pre)
 local wid, cls, lease, live = ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == '1', tonumber(ARGV[12])
-local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[15] or '-'}
+local host, pid, nowait, left = ARGV[9], ARGV[10], ARGV[11] == 'n', tonumber(ARGV[11])
+local rec = {cls, fmt(now + live), lease, live, host, pid, 'w', ARGV[14] or '-'}
 local fresh = wid == '0'
-heal_settings(ARGV[18])
-scope_cold(tonumber(ARGV[13] or ''), tonumber(ARGV[14] or ''))
-reserve(tonumber(ARGV[16] or ''), ARGV[17], live, host)
+heal_settings(ARGV[17])
+scope_cold(tonumber(ARGV[12] or ''), tonumber(ARGV[13] or ''))
+reserve(tonumber(ARGV[15] or ''), ARGV[16], live, host)
 if fresh and redis.call('ZCARD', W) == 0 then
   -- the uncontended path: try it before registering (and reaping)
   wid = fence()
@@ -37,7 +39,7 @@ if fresh and redis.call('ZCARD', W) == 0 then
   queue_empty = false
   if not pending then
     store()
-    return {0, wid, probe_of(wid), 0, settings()}
+    return answer(0, wid, probe_of(wid), 0)
   end
   pending = nil
 end
@@ -52,15 +54,15 @@ else
   if not v then
     store()
     if hget(wid) then
-      return {0, wid, probe_of(wid), 0, settings()}
+      return answer(0, wid, probe_of(wid), 0)
     end
-    return {3, wid, 0, 0, settings()}
+    return answer(3, wid, 0, 0)
   end
   if word(v, 7) == 'c' or scope_canceled(wid) then
     waiter_del(wid, words(v))
     inc('canceled')
     store()
-    return {2, wid, 0, 0, settings()}
+    return answer(2, wid, 0, 0)
   end
 end
 do -- the record, and an arrival's token index (common.lua tok_field)
@@ -78,7 +80,7 @@ end
 local nxt = grant(wid)
 if hget(wid) then
   store()
-  return {0, wid, probe_of(wid), 0, settings()}
+  return answer(0, wid, probe_of(wid), 0)
 end
 local nb = math.max(clamp_nb(), scope_nb())
 local hint = -1
@@ -92,8 +94,8 @@ if nowait or (left >= 0 and (left == 0 or (nb > now and nb - now > left))) then
   hint = 0
   if nb > now then hint = nb - now end
   if nxt and nxt - now > hint then hint = nxt - now end
-  return {4, wid, 0, hint, settings()}
+  return answer(4, wid, 0, hint)
 end
 beneath_add(wid, cls, now + live, scope_held and hold_depth(cls) or nil)
 store()
-return {1, wid, 0, hint, settings()}
+return answer(1, wid, 0, hint)

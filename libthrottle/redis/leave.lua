@@ -2,16 +2,17 @@
 -- (0 = the default), pid, 'pub' for a plain throttle_backoff() (the
 -- delay as given, no outcome counted), 'heal' for what a host's segment
 -- knew (backend.h) or '', and the length of the name the back-off goes
--- to (the key's, or one of its scopes'; none: the key).  Returns {1} when
--- the fence no longer held a slot (lapsed or reclaimed): its report then
--- only pushes the not-before later; it frees nothing and ends no probe's
--- episode.  {0} otherwise.
+-- to (the key's, or one of its scopes'; none: the key).  Returns the
+-- string 'leave 1' when the fence no longer held a slot (lapsed or
+-- reclaimed): its report then only pushes the not-before later; it frees
+-- nothing and ends no probe's episode.  'leave 0' otherwise.
 -- Fence '-' and a token (ARGV 11): the give-back of an enter whose caller
 -- did not hear its answer (the command failed, it may have run since): the
 -- holder of that token leaves (ABANDONED), or its waiter record goes
--- ({2}), or nothing is found ({1}: it may not have run yet).  ARGV 12:
--- the waiter's number when its caller had one ('0' for an arrival).
--- 'heal' answers {3} for a copy older than the key's last clear.
+-- ('leave 2'), or nothing is found ('leave 1': it may not have run yet).
+-- ARGV 12: the waiter's number when its caller had one ('0' for an
+-- arrival).  'heal' answers 'leave 3' for a copy older than the key's
+-- last clear.  (Strings, not arrays: common.lua answer.)
 -- the common case first (common.lua lean_leave), else the whole script
 local lean, pre = lean_leave(KEYS, ARGV)
 if lean then return lean end
@@ -38,11 +39,11 @@ if id == '-' then
       local w = v and words(v)
       if w and w[8] == token then
         waiter_del(wid, w)
-        return {2}
+        return 'leave 2'
       end
       if by_index then redis.call('HDEL', WI, tf) end -- its record went
     end
-    return {1}
+    return 'leave 1'
   end
 end
 local v = hget(id)
@@ -78,7 +79,7 @@ if publish_it then
     if ms > MAXS then ms = MAXS end
     local age = tonumber(ARGV[11] or '') or 0
     if g('cleared') > 0 and now - age <= g('cleared') + 1000 then
-      return {3}
+      return 'leave 3'
     end
     if now + ms > clamp_nb() + 1000 then p('nb', now + ms); p('episode', 1) end
   elseif pub_at >= #NAME or not scope_publish(ms, pid, pub_at) then
@@ -91,5 +92,5 @@ if redis.call('ZCARD', W) > 0 then
   grant(nil)
 end
 store()
-if v then return {0} end
-return {1}
+if v then return 'leave 0' end
+return 'leave 1'

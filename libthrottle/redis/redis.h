@@ -157,6 +157,7 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <string.h>
 
 #define RDS_POOL_MAX 8
 #define RDS_DEFAULT_TIMEOUT_MS 250u
@@ -313,6 +314,15 @@ redisReply *rds_eval(struct rds *r, redisContext *c, enum rds_script s,
 /* 0 woken or timed out, -1 a connection failure. */
 int rds_blpop(struct rds *r, redisContext *c, const char *key, const char *id,
               uint64_t ms, uint64_t deadline);
+/* The leave script's answer (leave.lua): the bulk string "leave N", N 0
+ * to 3; -1 for any other reply. */
+static inline int rds_leave_code(const redisReply *rep) {
+  if (rep->type != REDIS_REPLY_STRING || rep->len != 7 ||
+      memcmp(rep->str, "leave ", 6) != 0 || rep->str[6] < '0' ||
+      rep->str[6] > '3')
+    return -1;
+  return rep->str[6] - '0';
+}
 /* A reply of the wrong shape: c is failed with a message (a server that
  * answers anything must not admit anyone). */
 void rds_bad_reply(redisContext *c, const char *what,
@@ -333,7 +343,7 @@ void rds_give_back(struct rds *r, const char *key, const char *token,
 void rds_give_back_last(struct rds *r);
 void rds_reserved(struct rds *r, const char *key);
 /* What this host's segment keeps of the settings of key and its scopes,
- * for a script to put back in a hash Redis lost (enter.lua ARGV 18,
+ * for a script to put back in a hash Redis lost (enter.lua ARGV 17,
  * beat.lua ARGV 12, or 10 after '-r'): as the script tells settings, '-'
  * for a name with none, ';' between, the key first; "" when there are
  * none.  Asked for the names this host used within the idle TTL: a key

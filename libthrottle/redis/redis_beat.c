@@ -42,9 +42,8 @@ static void give_back_round(struct rds *r, redisContext **c, int closing) {
       const char *av[] = {"-", "6", "0", pid, "", len, g.token, g.id};
       redisReply *rep = rds_eval(r, *c, RDS_LEAVE, g.key, 8, av);
       if (rep != NULL) {
-        done = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-               rep->element[0]->type == REDIS_REPLY_INTEGER &&
-               rep->element[0]->integer != 1;
+        int code = rds_leave_code(rep);
+        done = code >= 0 && code != 1;
         freeReplyObject(rep);
       } else {
         failed = 1;

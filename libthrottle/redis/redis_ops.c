@@ -233,12 +233,35 @@ static void elem_str(const redisReply *rep, size_t i, char *out,
     snprintf(out, len, "%lld", rep->element[i]->integer);
 }
 
+/* enter.lua's answer: "enter STATUS ID PROBE HINT", then the settings
+ * (settings_of).  0 when it parses, status 0 to 4. */
+struct enter_ans {
+  int st, probe;
+  long long hint;
+  char id[32];
+  const char *settings; /* in the reply: ";KEY'S;SCOPE'S..." */
+};
+static int enter_ans(const redisReply *rep, struct enter_ans *a) {
+  int end = 0;
+  if (rep->type != REDIS_REPLY_STRING ||
+      sscanf(rep->str, "enter %d %31s %d %lld%n", &a->st, a->id, &a->probe,
+             &a->hint, &end) != 4 ||
+      a->st < 0 || a->st > 4)
+    return -1;
+  a->settings = rep->str + end;
+  return 0;
+}
+
 /* A script's reply, checked for the shape the script returns (a server
  * that answers anything must not admit anyone): want 0 an integer, n > 0
  * an array of at least n elements whose first is an integer, INFO_SHAPE
- * the info script's (the integer -1, or an array of at least the fields).
- * NULL on any failure; a wrong shape fails c (rds_bad_reply). */
+ * the info script's (the integer -1, or an array of at least the fields),
+ * ENTER_SHAPE and LEAVE_SHAPE those scripts' strings (enter_ans,
+ * rds_leave_code).  NULL on any failure; a wrong shape fails c
+ * (rds_bad_reply). */
 #define INFO_SHAPE (-1)
+#define ENTER_SHAPE (-2)
+#define LEAVE_SHAPE (-3)
 static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
                            const char *key, int argc, const char **argv,
                            int want) {
@@ -250,6 +273,11 @@ static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
   int ok;
   if (want == 0)
     ok = rep->type == REDIS_REPLY_INTEGER;
+  else if (want == ENTER_SHAPE) {
+    struct enter_ans a;
+    ok = enter_ans(rep, &a) == 0;
+  } else if (want == LEAVE_SHAPE)
+    ok = rds_leave_code(rep) >= 0;
   else if (want == INFO_SHAPE)
     ok = rep->type == REDIS_REPLY_INTEGER ||
          (rep->type == REDIS_REPLY_ARRAY &&
@@ -291,9 +319,9 @@ static int rds_backoff(void *be, const char *key, uint64_t delay_ms,
   const char *av[] = {"0", "1", ms, pid, heal_age_ms >= 0 ? "heal" : "pub",
                       len, age};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, key, 7, av, 1, &rep);
+  int rc = call(r, RDS_LEAVE, key, 7, av, LEAVE_SHAPE, &rep);
   if (rc == 0) {
-    if (heal_age_ms >= 0 && elem_int(rep, 0) == 3) {
+    if (heal_age_ms >= 0 && rds_leave_code(rep) == 3) {
       rds_msg("%s: cleared since this host was told", key);
       rc = THROTTLE_ESTALE;
     }
@@ -487,22 +515,12 @@ static const char *settings_one(const char *str,
   return str + end;
 }
 
-/* The settings an enter reply carries (enter.lua): the key's, then each
- * scope's, root first, as set[] wants them (backend.h). */
-static void settings_of(const redisReply *rep,
-                        struct throttle__be_settings *set) {
-  if (rep->elements < 5 || rep->element[4]->type != REDIS_REPLY_STRING ||
-      settings_one(rep->element[4]->str, &set[0]) == NULL)
-    return;
-  if (rep->elements < 6 || rep->element[5]->type != REDIS_REPLY_STRING)
-    return;
-  const char *p = rep->element[5]->str;
-  for (int i = 1; i < THROTTLE__BE_NSETTINGS && *p != 0; i++) {
-    if ((p = settings_one(p, &set[i])) == NULL || (*p != ';' && *p != 0))
+/* The settings an enter reply carries (enter.lua), ";" before each: the
+ * key's, then each scope's, root first, as set[] wants them (backend.h). */
+static void settings_of(const char *p, struct throttle__be_settings *set) {
+  for (int i = 0; i < THROTTLE__BE_NSETTINGS && *p == ';'; i++)
+    if ((p = settings_one(p + 1, &set[i])) == NULL)
       return;
-    if (*p == ';')
-      p++;
-  }
 }
 
 /* An enter's token: 64 random bits, and a counter of this process's
@@ -544,7 +562,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     rds_deadline(r, c, deadline);
   for (;;) {
     uint64_t now = rds_mono_ms();
-    if (deadline == UINT64_MAX)
+    if (nowait) /* enter.lua: 'n', a look that does not wait */
+      snprintf(left, sizeof left, "n");
+    else if (deadline == UINT64_MAX)
       snprintf(left, sizeof left, "-1");
     else
       snprintf(left, sizeof left, "%llu",
@@ -554,11 +574,11 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     snprintf(rsv, sizeof rsv, "%u", nrsv);
     if (nrsv > 0)
       rds_reserved(r, key); /* the heartbeat keeps them while it drains */
-    const char *av[] = {id,  scls,  lease, live,
-                        r->me, pid, nowait ? "1" : "0", left, c429, c503,
-                        token, rsv, r->seg_id, kept};
+    const char *av[] = {id,   scls, lease, live,  r->me,     pid, left,
+                        c429, c503, token, rsv, r->seg_id, kept};
     redisReply *rep =
-        eval_as(r, c, RDS_ENTER, key, kept[0] != 0 ? 14 : 13, av, 4);
+        eval_as(r, c, RDS_ENTER, key, kept[0] != 0 ? 13 : 12, av,
+                ENTER_SHAPE);
     if (rep == NULL) {
       /* what it did, if it ran (id "0": an arrival, its number unknown) */
       rds_give_back(r, key, token, id);
@@ -577,17 +597,17 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       snprintf(id, sizeof id, "0");
       continue;
     }
-    int64_t st = elem_int(rep, 0);
-    settings_of(rep, set);
-    if (st < 0 || st > 4 || rep->element[1]->type != REDIS_REPLY_STRING) {
+    struct enter_ans a;
+    if (enter_ans(rep, &a) != 0) { /* (eval_as checked it) */
       rds_bad_reply(c, "enter", rep);
       freeReplyObject(rep);
       rds_give_back(r, key, token, id);
       return rds_down(r, c, "enter");
     }
-    elem_str(rep, 1, id, sizeof id);
-    int is_probe = (int)elem_int(rep, 2);
-    int64_t hint = elem_int(rep, 3);
+    settings_of(a.settings, set);
+    int st = a.st, is_probe = a.probe;
+    int64_t hint = a.hint;
+    snprintf(id, sizeof id, "%s", a.id);
     freeReplyObject(rep);
     if (st == 0) {
       rds_put(r, c, 1);
@@ -596,7 +616,7 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
         /* Give the slot straight back rather than hold it to its lapse. */
         const char *lv[] = {id, "6", "0", pid};
         redisReply *x;
-        if (call(r, RDS_LEAVE, key, 4, lv, 1, &x) == 0)
+        if (call(r, RDS_LEAVE, key, 4, lv, LEAVE_SHAPE, &x) == 0)
           freeReplyObject(x);
         rds_msg("out of memory");
         return THROTTLE_ENOMEM;
@@ -642,18 +662,19 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
     if (sleep_slice(r, &sleep)) {
       /* Give the queue place back at once (a nowait look removes it; if
        * the slot came meanwhile, hand it back). */
-      const char *qv[] = {id,  scls, lease, live, r->me, pid,
-                          "1", "0",  c429,  c503, token};
-      rep = eval_as(r, c, RDS_ENTER, key, 11, qv, 4);
+      const char *qv[] = {id,    scls, lease, live, r->me,
+                          pid,   "n",  c429,  c503, token};
+      rep = eval_as(r, c, RDS_ENTER, key, 10, qv, ENTER_SHAPE);
       if (rep == NULL) {
         rds_give_back(r, key, token, id);
         return rds_down(r, c, "enter");
       }
-      int granted = elem_int(rep, 0) == 0;
+      struct enter_ans q;
+      int granted = enter_ans(rep, &q) == 0 && q.st == 0;
       freeReplyObject(rep);
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
-        if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, 1)) == NULL) {
+        if ((rep = eval_as(r, c, RDS_LEAVE, key, 4, lv, LEAVE_SHAPE)) == NULL) {
           rds_give_back(r, key, token, id);
           return rds_down(r, c, "enter");
         }
@@ -688,9 +709,9 @@ static int rds_leave(void *be, void *tk, int outcome, uint64_t retry_after_ms,
   snprintf(at, sizeof at, "%u", pub_len);
   const char *av[] = {t->fence, out, ms, pid, "", at};
   redisReply *rep;
-  int rc = call(r, RDS_LEAVE, t->key, 6, av, 1, &rep);
+  int rc = call(r, RDS_LEAVE, t->key, 6, av, LEAVE_SHAPE, &rep);
   if (rc == 0) {
-    if (elem_int(rep, 0) == 1) {
+    if (rds_leave_code(rep) == 1) {
       rds_msg("%s: the admission had been taken back (lease or liveness "
               "lapsed); its report only published",
               t->key);
