@@ -256,12 +256,10 @@ static int enter_ans(const redisReply *rep, struct enter_ans *a) {
  * that answers anything must not admit anyone): want 0 an integer, n > 0
  * an array of at least n elements whose first is an integer, INFO_SHAPE
  * the info script's (the integer -1, or an array of at least the fields),
- * ENTER_SHAPE and LEAVE_SHAPE those scripts' strings (enter_ans,
- * rds_leave_code).  NULL on any failure; a wrong shape fails c
- * (rds_bad_reply). */
+ * LEAVE_SHAPE that script's string (rds_leave_code; enter's: eval_enter).
+ * NULL on any failure; a wrong shape fails c (rds_bad_reply). */
 #define INFO_SHAPE (-1)
-#define ENTER_SHAPE (-2)
-#define LEAVE_SHAPE (-3)
+#define LEAVE_SHAPE (-2)
 static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
                            const char *key, int argc, const char **argv,
                            int want) {
@@ -273,10 +271,7 @@ static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
   int ok;
   if (want == 0)
     ok = rep->type == REDIS_REPLY_INTEGER;
-  else if (want == ENTER_SHAPE) {
-    struct enter_ans a;
-    ok = enter_ans(rep, &a) == 0;
-  } else if (want == LEAVE_SHAPE)
+  else if (want == LEAVE_SHAPE)
     ok = rds_leave_code(rep) >= 0;
   else if (want == INFO_SHAPE)
     ok = rep->type == REDIS_REPLY_INTEGER ||
@@ -288,6 +283,19 @@ static redisReply *eval_as(struct rds *r, redisContext *c, enum rds_script s,
   if (ok)
     return rep;
   rds_bad_reply(c, names[s], rep);
+  freeReplyObject(rep);
+  return NULL;
+}
+
+/* The enter script, its answer parsed into *a (once: a->settings points
+ * into the reply); NULL on any failure, as eval_as. */
+static redisReply *eval_enter(struct rds *r, redisContext *c, const char *key,
+                              int argc, const char **argv,
+                              struct enter_ans *a) {
+  redisReply *rep = rds_eval(r, c, RDS_ENTER, key, argc, argv);
+  if (rep == NULL || enter_ans(rep, a) == 0)
+    return rep;
+  rds_bad_reply(c, "enter", rep);
   freeReplyObject(rep);
   return NULL;
 }
@@ -576,9 +584,9 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       rds_reserved(r, key); /* the heartbeat keeps them while it drains */
     const char *av[] = {id,   scls, lease, live,  r->me,     pid, left,
                         c429, c503, token, rsv, r->seg_id, kept};
+    struct enter_ans a;
     redisReply *rep =
-        eval_as(r, c, RDS_ENTER, key, kept[0] != 0 ? 13 : 12, av,
-                ENTER_SHAPE);
+        eval_enter(r, c, key, kept[0] != 0 ? 13 : 12, av, &a);
     if (rep == NULL) {
       /* what it did, if it ran (id "0": an arrival, its number unknown) */
       rds_give_back(r, key, token, id);
@@ -596,13 +604,6 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
       new_token(token, sizeof token); /* the old one's are given back */
       snprintf(id, sizeof id, "0");
       continue;
-    }
-    struct enter_ans a;
-    if (enter_ans(rep, &a) != 0) { /* (eval_as checked it) */
-      rds_bad_reply(c, "enter", rep);
-      freeReplyObject(rep);
-      rds_give_back(r, key, token, id);
-      return rds_down(r, c, "enter");
     }
     settings_of(a.settings, set);
     int st = a.st, is_probe = a.probe;
@@ -664,13 +665,13 @@ static int rds_enter(void *be, const char *key, int cls, uint64_t timeout_ms,
        * the slot came meanwhile, hand it back). */
       const char *qv[] = {id,    scls, lease, live, r->me,
                           pid,   "n",  c429,  c503, token};
-      rep = eval_as(r, c, RDS_ENTER, key, 10, qv, ENTER_SHAPE);
+      struct enter_ans q;
+      rep = eval_enter(r, c, key, 10, qv, &q);
       if (rep == NULL) {
         rds_give_back(r, key, token, id);
         return rds_down(r, c, "enter");
       }
-      struct enter_ans q;
-      int granted = enter_ans(rep, &q) == 0 && q.st == 0;
+      int granted = q.st == 0;
       freeReplyObject(rep);
       if (granted) {
         const char *lv[] = {id, "6", "0", pid};
