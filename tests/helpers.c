@@ -192,11 +192,138 @@ static void forget(struct th_fx *fx, pid_t pid) {
     }
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_ASAN 1
+#endif
+#endif
+
+#ifdef TH_ASAN
+/* AddressSanitizer's allocator (gcc 12, clang 14) takes no lock at fork:
+ * a child forked while another thread of the parent is inside malloc or
+ * free (a handle's heartbeat, talking to Redis) inherits that thread's
+ * allocator lock held, and its first malloc of the same size class waits
+ * for ever (seen: a child's close joining its own heartbeat, stuck in
+ * ASan's allocator).  glibc's malloc locks its arenas around fork; under
+ * ASan th_spawn makes sure instead: it forks only when every other thread
+ * is asleep in a system call that holds no allocator lock, and lets the
+ * child run only if none of them ran between the look and the fork
+ * (same call, same count of context switches); else the child exits at
+ * once and the fork is made again. */
+struct th_task {
+  long tid;
+  char sc[24]; /* the first field of /proc/self/task/TID/syscall */
+  unsigned long long sw; /* voluntary + involuntary context switches */
+};
+
+#define TH_TASKS 16
+
+static int task_read(long tid, struct th_task *t) {
+  char path[64], buf[512];
+  t->tid = tid;
+  snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  int ok = fscanf(f, "%23s", t->sc) == 1;
+  fclose(f);
+  snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+  if (!ok || (f = fopen(path, "r")) == NULL)
+    return -1;
+  t->sw = 0;
+  while (fgets(buf, sizeof buf, f) != NULL) {
+    unsigned long long n;
+    if (sscanf(buf, "voluntary_ctxt_switches: %llu", &n) == 1 ||
+        sscanf(buf, "nonvoluntary_ctxt_switches: %llu", &n) == 1)
+      t->sw += n;
+  }
+  fclose(f);
+  return 0;
+}
+
+/* The other threads; -1 if one is running, in a fault, or in a call that
+ * may hold an allocator lock (mmap, munmap, mprotect, brk, madvise,
+ * mremap), or if they cannot be read. */
+static int tasks_quiet(struct th_task *t, int max) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL)
+    return -1;
+  long self = (long)gettid();
+  int n = 0, quiet = 1;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    long tid = strtol(e->d_name, NULL, 10);
+    if (tid <= 0 || tid == self)
+      continue;
+    if (n == max || task_read(tid, &t[n]) != 0) {
+      quiet = 0;
+      break;
+    }
+    char *end;
+    long sc = strtol(t[n].sc, &end, 10);
+    if (*end != '\0' || sc < 0 || sc == 9 || sc == 10 || sc == 11 ||
+        sc == 12 || sc == 25 || sc == 28)
+      quiet = 0;
+    n++;
+  }
+  closedir(d);
+  return quiet ? n : -1;
+}
+
+static int tasks_same(const struct th_task *a, int n) {
+  struct th_task b[TH_TASKS];
+  if (tasks_quiet(b, TH_TASKS) != n)
+    return 0;
+  for (int i = 0; i < n; i++)
+    if (b[i].tid != a[i].tid || strcmp(b[i].sc, a[i].sc) != 0 ||
+        b[i].sw != a[i].sw)
+      return 0;
+  return 1;
+}
+
+static pid_t spawn_fork(void) {
+  for (int tries = 0;; tries++) {
+    struct th_task before[TH_TASKS];
+    int n = tasks_quiet(before, TH_TASKS);
+    if (n < 0 && tries < 2000) { /* 2 s at most, then fork as it comes */
+      th_sleep_ms(1);
+      continue;
+    }
+    int go[2];
+    if (pipe(go) != 0)
+      return fork();
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(go[1]);
+      char v = 0;
+      while (read(go[0], &v, 1) < 0 && errno == EINTR)
+        ;
+      if (v != 'y')
+        _exit(0); /* its allocator may be locked: touch nothing */
+      close(go[0]);
+      return 0;
+    }
+    close(go[0]);
+    int same = pid < 0 || n < 0 || tasks_same(before, n);
+    if (pid > 0 && write(go[1], same ? "y" : "n", 1) != 1)
+      same = 0; /* the child reads end of file and exits: reaped below */
+    close(go[1]);
+    if (same || pid < 0)
+      return pid;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+}
+#else
+static pid_t spawn_fork(void) { return fork(); }
+#endif
+
 pid_t th_spawn(struct th_fx *fx, int (*fn)(void *arg), void *arg) {
   assert_true(fx->nkids < TH_MAX_CHILDREN);
   fflush(stdout);
   fflush(stderr);
-  pid_t pid = fork();
+  pid_t pid = spawn_fork();
   assert_true(pid >= 0);
   if (pid == 0) {
     /* The runner's crash handlers would longjmp back into its loop and run
