@@ -192,15 +192,7 @@ static void forget(struct th_fx *fx, pid_t pid) {
     }
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TH_ASAN 1
-#endif
-#endif
-
-#ifdef TH_ASAN
+#ifdef TH_ASAN /* helpers.h */
 /* AddressSanitizer's allocator (gcc 12, clang 14) takes no lock at fork:
  * a child forked while another thread of the parent is inside malloc or
  * free (a handle's heartbeat, talking to Redis) inherits that thread's
