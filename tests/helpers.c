@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -254,8 +255,9 @@ static int tasks_quiet(struct th_task *t, int max) {
     }
     char *end;
     long sc = strtol(t[n].sc, &end, 10);
-    if (*end != '\0' || sc < 0 || sc == 9 || sc == 10 || sc == 11 ||
-        sc == 12 || sc == 25 || sc == 28)
+    if (*end != '\0' || sc < 0 || sc == SYS_mmap || sc == SYS_munmap ||
+        sc == SYS_mprotect || sc == SYS_brk || sc == SYS_madvise ||
+        sc == SYS_mremap)
       quiet = 0;
     n++;
   }
@@ -301,7 +303,7 @@ static pid_t spawn_fork(void) {
     if (pid > 0 && write(go[1], same ? "y" : "n", 1) != 1)
       same = 0; /* the child reads end of file and exits: reaped below */
     close(go[1]);
-    if (same || pid < 0)
+    if (same)
       return pid;
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
       ;
