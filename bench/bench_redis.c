@@ -16,13 +16,16 @@
  *                 minimal script (HGETALL + HSET of one hash) run in the
  *                 same server the same way: a minimal function by FCALL
  *                 when the module used FCALL, else a minimal EVALSHA
- *                 script (both are printed); goal <= 5 x each.  The
- *                 minimal script runs right before the enter and leave
- *                 scripts in each of COST_ROUNDS rounds: the figures and
- *                 ratios printed are the medians of the rounds'
+ *                 script (both are printed); goal <= 5 x each.  In
+ *                 each of BATCHES batches the minimal script runs BATCH
+ *                 times, then BATCH enters and their leaves, each run
+ *                 measured after an unmeasured run of the same calls;
+ *                 printed: the medians of the batches and the quartiles
+ *                 of the batches' ratios
  *   per look      Redis CPU per look of a waiting caller (usec per script
  *                 call while 20, 200 and 800 callers wait on a held key of
- *                 cap 1); goal: flat in the number of waiters
+ *                 cap 1, the median of LOOK_BATCHES windows); goal: flat
+ *                 in the number of waiters
  *
  * Each round measures PING right before the operation; the figure is the
  * median of the per-round ratios, so a noisy neighbour moves both sides.
@@ -40,7 +43,9 @@
 #include <unistd.h>
 
 #define ROUNDS 11
-#define COST_ROUNDS 5 /* of the server-cost figures */
+#define BATCHES 101 /* of the server-cost figures */
+#define BATCH 50    /* calls of each script in a batch */
+#define LOOK_BATCHES 21 /* windows of a per-look figure */
 #define ITERS 2000
 
 static double now_ns(void) {
@@ -148,11 +153,13 @@ static double per_call(redisContext *c, double *c0, double *u0) {
 static void die(throttle_t *h, const char *what, int rc);
 
 /* The minimal script: one hash read whole and one field written, by
- * EVALSHA (fn 0) or as a function of a library by FCALL (fn 1). */
+ * EVALSHA (fn 0) or as a function of a library by FCALL (fn 1); loaded
+ * by minimal_load() (the script's SHA1 or the library's name into out),
+ * run by minimal_us(). */
 #define MINIMAL_BODY                                                         \
   "local a = redis.call('HGETALL', KEYS[1]) "                               \
   "redis.call('HSET', KEYS[1], 'n', ARGV[1]) return #a"
-static double minimal_us(redisContext *c, int fn) {
+static void minimal_load(redisContext *c, int fn, char out[41]) {
   redisReply *r =
       fn ? redisCommand(c, "FUNCTION LOAD REPLACE %s",
                         "#!lua name=bench_minimal\n"
@@ -163,13 +170,17 @@ static double minimal_us(redisContext *c, int fn) {
     fprintf(stderr, "bench_redis: loading the minimal script failed\n");
     exit(1);
   }
-  char sha[41];
-  snprintf(sha, sizeof sha, "%s", r->str);
+  snprintf(out, 41, "%s", r->str);
   freeReplyObject(r);
+}
+
+/* Server usec per call of n calls of the minimal script. */
+static double minimal_us(redisContext *c, int fn, const char *sha, int n) {
   double c0, u0;
   script_stats(c, &c0, &u0);
-  for (int i = 0; i < ITERS; i++) {
-    r = fn ? redisCommand(c, "FCALL bench_minimal 1 bench:minimal %d", i)
+  for (int i = 0; i < n; i++) {
+    redisReply *r =
+        fn ? redisCommand(c, "FCALL bench_minimal 1 bench:minimal %d", i)
            : redisCommand(c, "EVALSHA %s 1 bench:minimal %d", sha, i);
     if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
       fprintf(stderr, "bench_redis: the minimal script failed\n");
@@ -180,32 +191,30 @@ static double minimal_us(redisContext *c, int fn) {
   return per_call(c, &c0, &u0);
 }
 
-#define HELD 300 /* admissions held at once by the enter-cost round */
+#define HELD 300 /* keys the enter and leave batches take in turn */
 
-/* Server usec per enter script and per leave script: HELD uncontended
- * admissions of keys beneath one scope, then their leaves; the second of
- * two rounds (keys that exist, as in a load). */
-static void enter_leave_us(throttle_t *h, redisContext *c, double *enter,
-                           double *leave) {
+/* Server usec per enter script and per leave script: n uncontended
+ * admissions of keys beneath one scope (bench:ws/t<i>, i from first on,
+ * modulo HELD), then their leaves. */
+static void enter_leave_us(throttle_t *h, redisContext *c, int first, int n,
+                           double *enter, double *leave) {
   static throttle_ticket_t *tk[HELD];
   double c0, u0;
-  for (int round = 0; round < 2; round++) {
   script_stats(c, &c0, &u0);
-  for (int i = 0; i < HELD; i++) {
+  for (int i = 0; i < n; i++) {
     char key[64];
-    snprintf(key, sizeof key, "bench:ws/t%d", i);
+    snprintf(key, sizeof key, "bench:ws/t%d", (first + i) % HELD);
     int rc = throttle_enter(h, key, THROTTLE_CLASS_LIVE, 10000, &tk[i]);
     if (rc != 0)
       die(h, "enter", rc);
   }
   *enter = per_call(c, &c0, &u0);
-  for (int i = 0; i < HELD; i++) {
+  for (int i = 0; i < n; i++) {
     int rc = throttle_leave(h, tk[i], THROTTLE_OUTCOME_OK, 0);
     if (rc != 0)
       die(h, "leave", rc);
   }
   *leave = per_call(c, &c0, &u0);
-  }
 }
 
 static void *waiter(void *arg) {
@@ -219,8 +228,9 @@ static void *waiter(void *arg) {
 }
 
 /* Server usec per look while n callers wait on a held key of cap 1: the
- * waiters' own looks and ITERS/4 looks that do not wait
- * (throttle_try_enter), all script calls of the window. */
+ * median of LOOK_BATCHES windows, each of BATCH looks that do not wait
+ * (throttle_try_enter) and the waiters' own looks in it, all the script
+ * calls of the window. */
 static double look_us(throttle_t *h, redisContext *c, int n) {
   throttle_ticket_t *held = NULL;
   int rc = throttle_set_max_parallel(h, "bench:look", 1);
@@ -256,15 +266,18 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
     struct timespec ts = {0, 10 * 1000000};
     nanosleep(&ts, NULL);
   }
-  double c0, u0;
-  script_stats(c, &c0, &u0);
-  for (int i = 0; i < ITERS / 4; i++) {
-    throttle_ticket_t *t = NULL;
-    rc = throttle_try_enter(h, "bench:look", THROTTLE_CLASS_LIVE, &t, NULL);
-    if (rc != THROTTLE_EWOULDBLOCK)
-      die(h, "look", rc);
+  double c0, u0, win[LOOK_BATCHES];
+  for (int b = 0; b < LOOK_BATCHES; b++) {
+    script_stats(c, &c0, &u0);
+    for (int i = 0; i < BATCH; i++) {
+      throttle_ticket_t *t = NULL;
+      rc = throttle_try_enter(h, "bench:look", THROTTLE_CLASS_LIVE, &t, NULL);
+      if (rc != THROTTLE_EWOULDBLOCK)
+        die(h, "look", rc);
+    }
+    win[b] = per_call(c, &c0, &u0);
   }
-  double us = per_call(c, &c0, &u0);
+  double us = median(win, LOOK_BATCHES);
   if ((rc = throttle_cancel(h, "bench:look")) != 0)
     die(h, "cancel", rc);
   for (int i = 0; i < n; i++)
@@ -367,32 +380,52 @@ int main(int argc, char **argv) {
 
   /* the baseline called the way the module calls its scripts */
   int fn = fcalls(c) > 0;
-  double m_eval = minimal_us(c, 0), m_fn = fn ? minimal_us(c, 1) : 0;
-  /* Rounds of the minimal script, then the enter and leave scripts: each
-   * ratio is of figures measured a moment apart, and the medians are
-   * printed (one round moved by a noisy neighbour moves none of them). */
-  double mr[COST_ROUNDS], er[COST_ROUNDS], lr[COST_ROUNDS];
-  double rer[COST_ROUNDS], rlr[COST_ROUNDS];
-  for (int i = 0; i < COST_ROUNDS; i++) {
-    mr[i] = minimal_us(c, fn);
-    enter_leave_us(h, c, &er[i], &lr[i]);
+  char sha[41]; /* EVALSHA's (FUNCTION LOAD's answer is a name) */
+  minimal_load(c, 0, sha);
+  double m_eval = minimal_us(c, 0, sha, ITERS), m_fn = 0;
+  if (fn) {
+    char name[41];
+    minimal_load(c, 1, name);
+    m_fn = minimal_us(c, 1, sha, ITERS);
+  }
+  /* the keys made (as in a load, the batches find them) */
+  double e_us, l_us;
+  enter_leave_us(h, c, 0, HELD, &e_us, &l_us);
+  /* Batches, each of a run of the minimal script and of a run of enters
+   * and their leaves, each run after one of the same calls that is not
+   * measured: what a script costs after its own kind, not the garbage
+   * or the cold caches another left it.  A batch's ratios are of figures
+   * measured a few milliseconds apart, and the medians of the batches are
+   * printed (a batch that a noisy neighbour slowed moves none of them). */
+  static double mr[BATCHES], er[BATCHES], lr[BATCHES], rer[BATCHES],
+      rlr[BATCHES];
+  for (int i = 0; i < BATCHES; i++) {
+    double e0, l0;
+    minimal_us(c, fn, sha, BATCH);
+    mr[i] = minimal_us(c, fn, sha, BATCH);
+    enter_leave_us(h, c, 2 * i * BATCH, BATCH, &e0, &l0);
+    enter_leave_us(h, c, (2 * i + 1) * BATCH, BATCH, &er[i], &lr[i]);
     rer[i] = er[i] / mr[i];
     rlr[i] = lr[i] / mr[i];
   }
-  double base = median(mr, COST_ROUNDS), e_us = median(er, COST_ROUNDS),
-         l_us = median(lr, COST_ROUNDS);
-  double e_x = median(rer, COST_ROUNDS), l_x = median(rlr, COST_ROUNDS);
+  double base = median(mr, BATCHES);
+  e_us = median(er, BATCHES);
+  l_us = median(lr, BATCHES);
+  double e_x = median(rer, BATCHES), l_x = median(rlr, BATCHES);
   printf("  scripts called by          %s\n",
          fn ? "FCALL (Functions library)" : "EVALSHA");
   printf("  minimal script, EVALSHA    %8.2f us\n", m_eval);
   if (fn)
     printf("  minimal function, FCALL    %8.2f us\n", m_fn);
-  printf("  minimal script (server)    %8.2f us (median of %d rounds)\n",
-         base, COST_ROUNDS);
-  printf("  enter script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
-         e_us, e_x);
-  printf("  leave script (server)      %8.2f us = %5.1f x minimal (goal <= 5)\n",
-         l_us, l_x);
+  printf("  minimal script (server)    %8.2f us (median of %d batches of %d)\n",
+         base, BATCHES, BATCH);
+  /* median() sorted the ratios: the quartiles are at n/4 and 3n/4 */
+  printf("  enter script (server)      %8.2f us = %5.1f x minimal "
+         "(quartiles %.1f-%.1f; goal <= 5)\n",
+         e_us, e_x, rer[BATCHES / 4], rer[3 * BATCHES / 4]);
+  printf("  leave script (server)      %8.2f us = %5.1f x minimal "
+         "(quartiles %.1f-%.1f; goal <= 5)\n",
+         l_us, l_x, rlr[BATCHES / 4], rlr[3 * BATCHES / 4]);
   static const int waiting[] = {20, 200, 800};
   double first = 0;
   for (size_t i = 0; i < sizeof waiting / sizeof *waiting; i++) {
