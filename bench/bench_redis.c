@@ -24,8 +24,10 @@
  *                 of the batches' ratios
  *   per look      Redis CPU per look of a waiting caller (usec per script
  *                 call while 20, 200 and 800 callers wait on a held key of
- *                 cap 1, the median of LOOK_BATCHES windows); goal: flat
- *                 in the number of waiters
+ *                 cap 1, the median of LOOK_BATCHES windows, each
+ *                 measured right after a run of the minimal script: the
+ *                 ratios printed are the medians of the windows'); goal:
+ *                 flat in the number of waiters
  *
  * Each round measures PING right before the operation; the figure is the
  * median of the per-round ratios, so a noisy neighbour moves both sides.
@@ -191,6 +193,12 @@ static double minimal_us(redisContext *c, int fn, const char *sha, int n) {
   return per_call(c, &c0, &u0);
 }
 
+/* How the minimal script is called: FCALL or EVALSHA, and its SHA1. */
+struct minimal {
+  int fn;
+  const char *sha;
+};
+
 #define HELD 300 /* keys the enter and leave batches take in turn */
 
 /* Server usec per enter script and per leave script: n uncontended
@@ -230,8 +238,10 @@ static void *waiter(void *arg) {
 /* Server usec per look while n callers wait on a held key of cap 1: the
  * median of LOOK_BATCHES windows, each of BATCH looks that do not wait
  * (throttle_try_enter) and the waiters' own looks in it, all the script
- * calls of the window. */
-static double look_us(throttle_t *h, redisContext *c, int n) {
+ * calls of the window; *ratio: the median of the windows' ratios to the
+ * minimal script (m), run as in the cost batches right before each. */
+static double look_us(throttle_t *h, redisContext *c, const struct minimal *m,
+                      int n, double *ratio) {
   throttle_ticket_t *held = NULL;
   int rc = throttle_set_max_parallel(h, "bench:look", 1);
   if (rc == 0)
@@ -266,8 +276,10 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
     struct timespec ts = {0, 10 * 1000000};
     nanosleep(&ts, NULL);
   }
-  double c0, u0, win[LOOK_BATCHES];
+  double c0, u0, win[LOOK_BATCHES], rat[LOOK_BATCHES];
   for (int b = 0; b < LOOK_BATCHES; b++) {
+    minimal_us(c, m->fn, m->sha, BATCH);
+    double base = minimal_us(c, m->fn, m->sha, BATCH);
     script_stats(c, &c0, &u0);
     for (int i = 0; i < BATCH; i++) {
       throttle_ticket_t *t = NULL;
@@ -276,7 +288,9 @@ static double look_us(throttle_t *h, redisContext *c, int n) {
         die(h, "look", rc);
     }
     win[b] = per_call(c, &c0, &u0);
+    rat[b] = win[b] / base;
   }
+  *ratio = median(rat, LOOK_BATCHES);
   double us = median(win, LOOK_BATCHES);
   if ((rc = throttle_cancel(h, "bench:look")) != 0)
     die(h, "cancel", rc);
@@ -427,14 +441,15 @@ int main(int argc, char **argv) {
          "(quartiles %.1f-%.1f; goal <= 5)\n",
          l_us, l_x, rlr[BATCHES / 4], rlr[3 * BATCHES / 4]);
   static const int waiting[] = {20, 200, 800};
+  const struct minimal m = {fn, sha};
   double first = 0;
   for (size_t i = 0; i < sizeof waiting / sizeof *waiting; i++) {
-    double us = look_us(h, c, waiting[i]);
+    double x = 0, us = look_us(h, c, &m, waiting[i], &x);
     if (i == 0)
-      first = us;
+      first = x;
     printf("  look, %3d waiting (server) %8.2f us = %5.1f x minimal, %4.2f x "
            "at %d\n",
-           waiting[i], us, us / base, us / first, waiting[0]);
+           waiting[i], us, x, x / first, waiting[0]);
   }
   redisFree(c);
   throttle_close(h);
