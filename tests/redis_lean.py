@@ -333,8 +333,9 @@ class Case:
                 str(self.now_us - 3000), '12345')
             lens = [len(s) for s in self.scope_names()] + [len(self.name), 0]
             argv = [wid, self.pick('0', '0', '1', '2'),
-                    self.pick('600000', '600000', 'x'),
-                    self.pick('10000', '10000', '1000'),
+                    self.pick('600000', '600000', 'x', '0600000', '6e5',
+                              '0', '12345678901234'),
+                    self.pick('10000', '10000', '1000', '010000', '1e4'),
                     'h1', '4242', self.pick('n', '-1', '0', '5000'),
                     str(r.choice(lens)), str(r.choice(lens)),
                     'tok%d' % r.randint(0, 9),
