@@ -199,6 +199,14 @@ struct minimal {
   const char *sha;
 };
 
+/* Server usec per call of BATCH calls of the minimal script, measured
+ * after BATCH that are not (what it costs after its own kind, not the
+ * garbage or the cold caches another script left it). */
+static double minimal_warm_us(redisContext *c, const struct minimal *m) {
+  minimal_us(c, m->fn, m->sha, BATCH);
+  return minimal_us(c, m->fn, m->sha, BATCH);
+}
+
 #define HELD 300 /* keys the enter and leave batches take in turn */
 
 /* Server usec per enter script and per leave script: n uncontended
@@ -239,7 +247,7 @@ static void *waiter(void *arg) {
  * median of LOOK_BATCHES windows, each of BATCH looks that do not wait
  * (throttle_try_enter) and the waiters' own looks in it, all the script
  * calls of the window; *ratio: the median of the windows' ratios to the
- * minimal script (m), run as in the cost batches right before each. */
+ * minimal script (m) measured right before each (minimal_warm_us). */
 static double look_us(throttle_t *h, redisContext *c, const struct minimal *m,
                       int n, double *ratio) {
   throttle_ticket_t *held = NULL;
@@ -278,8 +286,7 @@ static double look_us(throttle_t *h, redisContext *c, const struct minimal *m,
   }
   double c0, u0, win[LOOK_BATCHES], rat[LOOK_BATCHES];
   for (int b = 0; b < LOOK_BATCHES; b++) {
-    minimal_us(c, m->fn, m->sha, BATCH);
-    double base = minimal_us(c, m->fn, m->sha, BATCH);
+    double base = minimal_warm_us(c, m);
     script_stats(c, &c0, &u0);
     for (int i = 0; i < BATCH; i++) {
       throttle_ticket_t *t = NULL;
@@ -402,29 +409,27 @@ int main(int argc, char **argv) {
     minimal_load(c, 1, name);
     m_fn = minimal_us(c, 1, sha, ITERS);
   }
+  const struct minimal m = {fn, sha};
   /* the keys made (as in a load, the batches find them) */
-  double e_us, l_us;
-  enter_leave_us(h, c, 0, HELD, &e_us, &l_us);
+  double e0, l0;
+  enter_leave_us(h, c, 0, HELD, &e0, &l0);
   /* Batches, each of a run of the minimal script and of a run of enters
    * and their leaves, each run after one of the same calls that is not
-   * measured: what a script costs after its own kind, not the garbage
-   * or the cold caches another left it.  A batch's ratios are of figures
-   * measured a few milliseconds apart, and the medians of the batches are
-   * printed (a batch that a noisy neighbour slowed moves none of them). */
+   * measured (as minimal_warm_us runs the minimal script).  A batch's
+   * ratios are of figures measured a few milliseconds apart, and the
+   * medians of the batches are printed (a batch that a noisy neighbour
+   * slowed moves none of them). */
   static double mr[BATCHES], er[BATCHES], lr[BATCHES], rer[BATCHES],
       rlr[BATCHES];
   for (int i = 0; i < BATCHES; i++) {
-    double e0, l0;
-    minimal_us(c, fn, sha, BATCH);
-    mr[i] = minimal_us(c, fn, sha, BATCH);
+    mr[i] = minimal_warm_us(c, &m);
     enter_leave_us(h, c, 2 * i * BATCH, BATCH, &e0, &l0);
     enter_leave_us(h, c, (2 * i + 1) * BATCH, BATCH, &er[i], &lr[i]);
     rer[i] = er[i] / mr[i];
     rlr[i] = lr[i] / mr[i];
   }
-  double base = median(mr, BATCHES);
-  e_us = median(er, BATCHES);
-  l_us = median(lr, BATCHES);
+  double base = median(mr, BATCHES), e_us = median(er, BATCHES),
+         l_us = median(lr, BATCHES);
   double e_x = median(rer, BATCHES), l_x = median(rlr, BATCHES);
   printf("  scripts called by          %s\n",
          fn ? "FCALL (Functions library)" : "EVALSHA");
@@ -441,7 +446,6 @@ int main(int argc, char **argv) {
          "(quartiles %.1f-%.1f; goal <= 5)\n",
          l_us, l_x, rlr[BATCHES / 4], rlr[3 * BATCHES / 4]);
   static const int waiting[] = {20, 200, 800};
-  const struct minimal m = {fn, sha};
   double first = 0;
   for (size_t i = 0; i < sizeof waiting / sizeof *waiting; i++) {
     double x = 0, us = look_us(h, c, &m, waiting[i], &x);
