@@ -28,6 +28,13 @@
  *                 measured right after a run of the minimal script: the
  *                 ratios printed are the medians of the windows'); goal:
  *                 flat in the number of waiters
+ *   reserved look  the same per look of a host whose segment holds
+ *                 RESERVED callers (admitted there while Redis was
+ *                 away, kept in Redis as that host's reservations), as a
+ *                 ratio to a look at a key of cap 1 held by one caller,
+ *                 in alternating windows; goal: about 1 (a look reads
+ *                 the key's hash whole, and the reservations are one
+ *                 field of it however many)
  *
  * Each round measures PING right before the operation; the figure is the
  * median of the per-round ratios, so a noisy neighbour moves both sides.
@@ -309,6 +316,88 @@ static double look_us(throttle_t *h, redisContext *c, const struct minimal *m,
   return us;
 }
 
+/* The throw-away server (main starts it). */
+static struct th_redis R;
+
+#define RESERVED 32 /* callers a host's segment holds (a key's most) */
+
+/* Server usec per look (BATCH of throttle_try_enter that do not wait) at
+ * key, after BATCH unmeasured. */
+static double try_us(throttle_t *h, redisContext *c, const char *key) {
+  double c0, u0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1)
+      script_stats(c, &c0, &u0);
+    for (int i = 0; i < BATCH; i++) {
+      throttle_ticket_t *t = NULL;
+      int rc = throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL);
+      if (rc != THROTTLE_EWOULDBLOCK)
+        die(h, key, rc);
+    }
+  }
+  return per_call(c, &c0, &u0);
+}
+
+static redisContext *connect_server(void);
+
+/* The look of a host that rejoins Redis while its segment holds RESERVED
+ * callers of bench:rsv (cap RESERVED): Redis is stopped, the segment
+ * admits them, Redis comes back empty; against looks at bench:one, of
+ * cap 1 and held through Redis, in alternating windows.  Returns the
+ * median of the windows' ratios; *rsv_us and *one_us the medians of
+ * their figures.  Last in the run: *c is connected again. */
+static double reserved_look(throttle_t *h, redisContext **c, double *rsv_us,
+                            double *one_us) {
+  throttle_ticket_t *t[RESERVED], *one = NULL;
+  int rc = throttle_set_max_parallel(h, "bench:rsv", RESERVED);
+  if (rc == 0) /* the cap mirrored in the host's segment */
+    rc = throttle_enter(h, "bench:rsv", THROTTLE_CLASS_LIVE, 10000, &t[0]);
+  if (rc == 0)
+    rc = throttle_leave(h, t[0], THROTTLE_OUTCOME_OK, 0);
+  if (rc != 0)
+    die(h, "reserved setup", rc);
+  redisFree(*c);
+  th_redis_stop(&R, 1);
+  for (int i = 0; i < RESERVED; i++)
+    if ((rc = throttle_try_enter(h, "bench:rsv", THROTTLE_CLASS_LIVE, &t[i],
+                                 NULL)) != 0)
+      die(h, "segment admission", rc);
+  if (th_redis_start(&R) != 0) {
+    fprintf(stderr, "bench_redis: redis-server did not start again\n");
+    exit(1);
+  }
+  *c = connect_server();
+  struct timespec ts = {1, 300 * 1000000}; /* past the host's retry pause */
+  nanosleep(&ts, NULL);
+  rc = throttle_set_max_parallel(h, "bench:one", 1);
+  if (rc == 0)
+    rc = throttle_enter(h, "bench:one", THROTTLE_CLASS_LIVE, 10000, &one);
+  if (rc != 0)
+    die(h, "bench:one", rc);
+  try_us(h, *c, "bench:rsv"); /* Redis asked again: the reservations made */
+  throttle_info_t *info = NULL;
+  if (throttle_info(h, "bench:rsv", &info) != 0 ||
+      throttle_info_get(info, THROTTLE_FIELD_IN_FLIGHT) != RESERVED) {
+    fprintf(stderr, "bench_redis: the reservations are not in Redis\n");
+    exit(1);
+  }
+  throttle_info_free(info);
+  double r[LOOK_BATCHES], a[LOOK_BATCHES], b[LOOK_BATCHES];
+  for (int i = 0; i < LOOK_BATCHES; i++) {
+    b[i] = try_us(h, *c, "bench:one");
+    a[i] = try_us(h, *c, "bench:rsv");
+    r[i] = a[i] / b[i];
+  }
+  for (int i = 0; i < RESERVED; i++)
+    if ((rc = throttle_leave(h, t[i], THROTTLE_OUTCOME_OK, 0)) != 0)
+      die(h, "segment leave", rc);
+  if ((rc = throttle_leave(h, one, THROTTLE_OUTCOME_OK, 0)) != 0)
+    die(h, "leave", rc);
+  *rsv_us = median(a, LOOK_BATCHES);
+  *one_us = median(b, LOOK_BATCHES);
+  return median(r, LOOK_BATCHES);
+}
+
 static void die(throttle_t *h, const char *what, int rc) {
   fprintf(stderr, "bench_redis: %s: %s (%s)\n", what, throttle_err_name(rc),
           throttle_errmsg(h));
@@ -335,13 +424,22 @@ static double enter_ns(throttle_t *h, int with_leave) {
   return t / ITERS;
 }
 
-/* The server goes whatever way the run ends (die() exits). */
-static struct th_redis R;
+/* The segment and the server go whatever way the run ends (die() exits). */
 static char seg[64];
 static void stop_server(void) {
   if (seg[0] != 0)
     throttle_unlink(seg);
   th_redis_cleanup(&R);
+}
+
+static redisContext *connect_server(void) {
+  struct timeval tv = {2, 0};
+  redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
+  if (c == NULL || c->err) {
+    fprintf(stderr, "bench_redis: connect failed\n");
+    exit(1);
+  }
+  return c;
 }
 
 int main(int argc, char **argv) {
@@ -368,12 +466,7 @@ int main(int argc, char **argv) {
   throttle_config_free(cfg);
   if (rc != 0)
     die(h, "open", rc);
-  struct timeval tv = {2, 0};
-  redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
-  if (c == NULL || c->err) {
-    fprintf(stderr, "bench_redis: connect failed\n");
-    return 1;
-  }
+  redisContext *c = connect_server();
   /* warm up: connections made, scripts loaded */
   enter_ns(h, 1);
 
@@ -455,6 +548,10 @@ int main(int argc, char **argv) {
            "at %d\n",
            waiting[i], us, x, x / first, waiting[0]);
   }
+  double rsv_us = 0, one_us = 0, rx = reserved_look(h, &c, &rsv_us, &one_us);
+  printf("  look, %d reserved (server) %7.2f us = %4.2f x a look at one "
+         "holder (%.2f us; goal about 1)\n",
+         RESERVED, rsv_us, rx, one_us);
   redisFree(c);
   throttle_close(h);
   return 0;

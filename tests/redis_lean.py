@@ -211,10 +211,21 @@ class Case:
             if r.random() < 0.5:  # and the expiry written again
                 self.key['exp'] = str(now + 1000)
         elif e == 2 and self.key:
-            self.key['h:r:h1@/seg:1'] = '0 0 1 %d %d %d 10000 10000 h1 0 -' % (
-                now, now + 10000, now + 10000)
+            # reservations: another host's, counted as that many; this
+            # host's, one field counting them, or one of the earlier form
+            # (a field per caller)
+            if r.random() < 0.4:
+                self.key['h:R:h2@/seg'] = '0 0 %s %d %d %d 10000 10000 h2 0 -' % (
+                    self.pick('1', '2', '3'), now - 1, now + 10000, now + 10000)
+            elif r.random() < 0.7:
+                self.key['h:R:h1@/seg'] = '0 0 %s %d %d %d 10000 10000 h1 0 -' % (
+                    self.pick('1', '3', '40', 'x'), now - 1, now + self.pick(
+                        10000, 4000), now + 10000)
+            else:
+                self.key['h:r:h1@/seg:1'] = '0 0 1 %d %d %d 10000 10000 h1 0 -' % (
+                    now, now + 10000, now + 10000)
             if r.random() < 0.5 and self.op == 'enter':
-                self.argv[10] = self.pick('0', '1')
+                self.argv[10] = self.pick('0', '1', '3')
         elif e == 3 and sc is not None:
             sc.clear()
             if self.op == 'enter':
@@ -289,6 +300,10 @@ class Case:
         if r.random() < 0.05:
             h['h:r:seg:1'] = '0 0 1 %d %d %d 10000 10000 h2 0 -' % (
                 self.now, self.now + 10000, self.now + 10000)
+        if r.random() < 0.15:  # another host's, counted as that many
+            h['h:R:h2@/seg'] = '0 0 %s %d %d %d 10000 10000 h2 0 -' % (
+                self.pick('1', '2', '3', '40', 'x', '-1'), self.now,
+                self.now + self.pick(10000, -1), self.now + 10000)
         if 'probe' in h and self.ids and r.random() < 0.5:
             h['probe'] = self.ids[0]
         return h
@@ -339,7 +354,7 @@ class Case:
                     'h1', '4242', self.pick('n', '-1', '0', '5000'),
                     str(r.choice(lens)), str(r.choice(lens)),
                     'tok%d' % r.randint(0, 9),
-                    self.pick('0', '0', '0', '1', 'nan'), 'h1@/seg']
+                    self.pick('0', '0', '0', '1', '3', 'nan'), 'h1@/seg']
             if r.random() < 0.2:
                 argv.append(self.pick('', '2 0 0 0 0 0 0',
                                       '-;1 0 1 0 0 0 0', '0 3 0 0 0 0 0'))

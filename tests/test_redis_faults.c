@@ -1158,6 +1158,88 @@ static void test_redis_faults_host_rejoins_while_segment_drains(void **state) {
   throttle_close(b);
 }
 
+/* The holder fields of key c's state hash, each on its own line of out
+ * (HKEYS, those beginning "h:"); returns their number. */
+static int holder_fields(char *out, size_t len) {
+  char buf[8192], *save = NULL;
+  const char *args[] = {"HKEYS", "thr1:{c}:k:c", NULL};
+  assert_int_equal(th_redis_cli_out(&R, args, buf, sizeof buf), 0);
+  int n = 0;
+  out[0] = 0;
+  for (char *l = strtok_r(buf, "\n", &save); l != NULL;
+       l = strtok_r(NULL, "\n", &save))
+    if (strncmp(l, "h:", 2) == 0) {
+      n++;
+      snprintf(out + strlen(out), len - strlen(out), "%s\n", l);
+    }
+  return n;
+}
+
+/* What a host's segment holds while it rejoins is one field of the key's
+ * hash however many it counts (a look reads the hash whole, so 20 fields
+ * cost a look about 3x): other hosts see all 20 as held.  Fields of the
+ * earlier form (one per caller, h:r:NAME:I) count one each; the host's
+ * own go when it writes its count again. */
+static void test_redis_faults_reservations_are_one_field(void **state) {
+  struct th_fx *fx = *state;
+  setenv("THROTTLE_LIVENESS_MS", "10000", 1);
+  enum { N = 20 };
+  throttle_t *a = th_open(fx);
+  throttle_t *b = other_host(fx);
+  throttle_ticket_t *t[N + 1] = {NULL};
+  assert_int_equal(throttle_set_max_parallel(a, "c", N), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[0],
+                                      NULL),
+                   0); /* the cap mirrored in a's segment */
+  assert_int_equal(throttle_leave(a, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  th_redis_stop(&R, 1);
+  for (int i = 0; i < N; i++) /* a's segment admits */
+    assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[i],
+                                        NULL),
+                     0);
+  assert_int_equal(th_redis_start(&R), 0); /* empty */
+  assert_int_equal(throttle_set_max_parallel(b, "c", N), 0);
+  th_sleep_ms(1200); /* past a's retry pause: Redis is asked again */
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[N],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK);
+  char hs[4096];
+  assert_int_equal(holder_fields(hs, sizeof hs), 1);
+  assert_true(strncmp(hs, "h:R:", 4) == 0);
+  assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), N);
+  /* the earlier form beside it: two of a's own, one of another host's */
+  char name[512], f1[600], f2[600];
+  snprintf(name, sizeof name, "%.*s", (int)(strcspn(hs + 4, "\n")), hs + 4);
+  snprintf(f1, sizeof f1, "h:r:%s:1", name);
+  snprintf(f2, sizeof f2, "h:r:%s:2", name);
+  const char *far = "0 0 1 1 99999999999999 99999999999999 10000 10000 x 0 -";
+  const char *old[] = {"HSET", "thr1:{c}:k:c", f1, far, f2, far,
+                       "h:r:old@/seg:1", far, NULL};
+  assert_int_equal(th_redis_cli(&R, 0, old), 0);
+  assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), N + 3);
+  /* one of a's leaves: its next look writes 19, and drops its old two */
+  assert_int_equal(throttle_leave(a, t[0], THROTTLE_OUTCOME_OK, 0), 0);
+  assert_int_equal(throttle_try_enter(a, "c", THROTTLE_CLASS_LIVE, &t[N],
+                                      NULL),
+                   THROTTLE_EWOULDBLOCK); /* 19 and the other host's 1 */
+  assert_int_equal(holder_fields(hs, sizeof hs), 2);
+  assert_false(th_contains(hs, f1));
+  assert_true(th_contains(hs, "h:r:old@/seg:1"));
+  assert_int_equal(th_field(b, "c", THROTTLE_FIELD_IN_FLIGHT), N);
+  const char *gone[] = {"HDEL", "thr1:{c}:k:c", "h:r:old@/seg:1", NULL};
+  assert_int_equal(th_redis_cli(&R, 0, gone), 0);
+  for (int i = 1; i < N; i++)
+    assert_int_equal(throttle_leave(a, t[i], THROTTLE_OUTCOME_OK, 0), 0);
+  /* drained: the heartbeat drops the field, and b gets in */
+  th_wait_field(b, "c", THROTTLE_FIELD_IN_FLIGHT, 0, HANG_GUARD_MS);
+  assert_int_equal(holder_fields(hs, sizeof hs), 0);
+  assert_int_equal(throttle_try_enter(b, "c", THROTTLE_CLASS_LIVE, &t[N],
+                                      NULL),
+                   0);
+  assert_int_equal(throttle_leave(b, t[N], THROTTLE_OUTCOME_OK, 0), 0);
+  throttle_close(b);
+}
+
 static int wait_canceled_in_segment(void *arg) {
   struct th_fx *fx = arg;
   throttle_t *h = NULL;
@@ -1520,6 +1602,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(
           test_redis_faults_host_rejoins_while_segment_drains, setup,
           teardown),
+      cmocka_unit_test_setup_teardown(
+          test_redis_faults_reservations_are_one_field, setup, teardown),
       cmocka_unit_test_setup_teardown(
           test_redis_faults_own_admission_held_through_an_outage, setup,
           teardown),

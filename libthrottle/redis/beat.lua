@@ -30,7 +30,7 @@ if not v then
   local since = now - held
   if since + lease < now then return 0 end -- its lease is over anyway
   heal_settings(ARGV[12])
-  local rec = table.concat({ARGV[6], '0', fmt(#holders() + 1), fmt(since),
+  local rec = table.concat({ARGV[6], '0', fmt(nheld() + 1), fmt(since),
     fmt(now + live), fmt(since + lease), fmt(lease), fmt(live), ARGV[9],
     ARGV[10]}, ' ')
   p('h:' .. id, rec)

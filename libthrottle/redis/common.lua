@@ -160,6 +160,26 @@ local function hparse(hv)
   if not hv[3] then hv[3], hv[4], hv[5], hv[6] = hwords(hv[2]) end
   return hv
 end
+-- How many holders a holder's value counts as: 1, or for a host's
+-- reservations (field h:R:RNAME, reserve) their number, word 3 of the
+-- value, within 1..SLOTS (the hash is input too); hcount: of an entry of
+-- the holder list, and nheld(): of the key.
+local function hcount_v(v)
+  local c = n0(word(v, 3))
+  if not (c >= 1) then return 1 end
+  if c > SLOTS then return SLOTS end
+  if c % 1 == 0 then return c end
+  return math.floor(c)
+end
+local function hcount(hv)
+  if string.byte(hv[1], 1) ~= 82 then return 1 end
+  return hcount_v(hv[2])
+end
+local function nheld()
+  local n, hl = 0, holders()
+  for hi = 1, #hl do n = n + hcount(hl[hi]) end
+  return n
+end
 
 local function push(id)
   local q = QP .. id
@@ -211,7 +231,7 @@ local function reap()
   for hi = 1, #hl do local hv = hparse(hl[hi])
     if hv[5] < now or hv[6] < now then
       del('h:' .. hv[1])
-      inc('reclaims')
+      p('reclaims', g('reclaims') + hcount(hv))
       if s['probe'] == hv[1] then zero('probe') end
     end
   end
@@ -273,45 +293,43 @@ end
 
 -- The callers of the key a host's segment still holds or queues (rsv,
 -- admitted there while Redis was away; rname: that segment's name), kept
--- as that many holders h:r:RNAME:I of the host, which lapse with the
--- liveness unless a look (enter.lua) or the heartbeat (beat.lua) of the
--- host keeps them; 0 drops them.
+-- as one holder h:R:RNAME of the host that counts as rsv holders (word 3
+-- of its value: hcount), lapsing with the liveness unless a look
+-- (enter.lua) or the heartbeat (beat.lua) of the host keeps it; 0 drops
+-- it.  One field however many it counts, so that a look, which reads the
+-- hash whole, costs the same with 1 or SLOTS kept.  (An earlier build
+-- kept them as rsv holders h:r:RNAME:I, one each: those count as one
+-- holder each, lapse unless their host keeps them, and a host's own go
+-- when it writes or drops its field.)
 local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
-  if rsv <= 0 then -- the common case: none to keep, and none kept ('r')
-    local hl, any = holders(), false
-    for hi = 1, #hl do
-      if string.byte(hl[hi][1], 1) == 114 then any = true; break end
+  local f = 'h:R:' .. rname
+  local e = s[f]
+  if not (rsv > 0) and not e then return end -- the common case: none kept
+  if rsv > 0 then
+    if rsv > SLOTS then rsv = SLOTS end
+    local head = '0 0 ' .. fmt(rsv) .. ' ' -- class, probe, count
+    local since, lu, ld = now, 0, 0
+    if e then
+      local _
+      _, since, lu, ld = hwords(e)
     end
-    if not any then return end
+    -- kept as it is while more than half its liveness is left: every
+    -- look of the host's callers would otherwise write it
+    if e and string.sub(e, 1, #head) == head and lu - now > live / 2 and
+       ld - now > live / 2 then
+      return
+    end
+    if not e then since = now end
+    p(f, table.concat({'0', '0', fmt(rsv), fmt(since), fmt(now + live),
+      fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
+  else
+    del(f)
   end
-  local pre = 'r:' .. rname .. ':'
-  local n, mine = 0, {}
+  local old = 'r:' .. rname .. ':' -- its own of the earlier form
   local hl = holders()
-  for hi = 1, #hl do local hv = hl[hi]
-    if string.sub(hv[1], 1, #pre) == pre then
-      local i = tonumber(string.sub(hv[1], #pre + 1)) or 0
-      if i > n then n = i end
-      mine[i] = hv
-    end
-  end
-  if rsv > SLOTS then rsv = SLOTS end
-  local head = '0 0 ' .. fmt(rsv) .. ' ' -- class, probe, concurrent
-  for i = 1, math.max(n, rsv) do
-    local e = mine[i]
-    if i <= rsv then
-      -- kept as it is while more than half its liveness is left: every
-      -- look of the host's callers would otherwise write all of them
-      if e then hparse(e) end
-      if not (e and string.sub(e[2], 1, #head) == head and
-              e[5] - now > live / 2 and e[6] - now > live / 2) then
-        p('h:' .. pre .. i, table.concat({'0', '0', fmt(rsv),
-          e and fmt(e[4]) or fmt(now), fmt(now + live), fmt(now + live),
-          fmt(live), fmt(live), host, '0', '-'}, ' '))
-      end
-    elseif e then
-      del('h:' .. pre .. i)
-    end
+  for hi = 1, #hl do local id = hl[hi][1]
+    if string.sub(id, 1, #old) == old then del('h:' .. id) end
   end
 end
 
@@ -803,7 +821,7 @@ local function grant(self)
   local nh, bf = 0, 0
   local hl = holders()
   for hi = 1, #hl do local hv = hl[hi]
-    nh = nh + 1
+    nh = nh + hcount(hv)
     if hparse(hv)[3] == '1' then bf = bf + 1 end
   end
   local share = share_of()
@@ -1386,8 +1404,13 @@ local function lean_enter(KEYS, ARGV)
     elseif k == F_OUT or (k == F_EPISODE and is1(a[i + 1])) then
       return nil, pre
     elseif k == nil and is_h(f) then
-      if string.byte(f, 3) == 114 then return nil, pre end -- reservations (reserve)
-      nh = nh + 1
+      if string.byte(f, 3) ~= 82 then
+        nh = nh + 1
+      elseif string.sub(f, 5) == ARGV[16] then -- its host's own (reserve)
+        return nil, pre
+      else -- another host's reservations: as many holders as they count
+        nh = nh + hcount_v(a[i + 1])
+      end
       local _, _, _, lu = hwords(a[i + 1])
       if lu > last then last = lu end
     end

@@ -14,8 +14,9 @@
 -- key, and the same for each scope, root first.
 -- ARGV 15, 16: how many callers of the key the caller's host's segment
 -- still holds or queues (admitted there while Redis was away), and that
--- segment's name: kept as that many reservations, holders h:r:NAME:I of
--- the host that lapse with the liveness unless its next look keeps them,
+-- segment's name: kept as that many reservations, one holder h:R:NAME of
+-- the host counted as that many, which lapses with the liveness unless
+-- its next look keeps it,
 -- so that the host rejoins while its segment drains and every host
 -- counts what it admitted.  ARGV 17 (may be absent): the settings the
 -- host keeps of the key and its scopes, put back where Redis lost them

@@ -20,7 +20,9 @@ for _, v in ipairs(redis.call('HVALS', WI)) do
 end
 local hs = {}
 local hl = holders()
-for hi = 1, #hl do local hv = hl[hi] hs[#hs + 1] = hv[2] end
+for hi = 1, #hl do local hv = hl[hi]
+  for _ = 1, hcount(hv) do hs[#hs + 1] = hv[2] end -- (reserve: one per caller)
+end
 local probe = s['probe'] or '0'
 local out = {left, g('publishes'), g('waits'), g('waited_ms'), g('last_delay'),
   g('last_pid'), now - g('last_use'), g('clears'), #hs, cap_of(),

@@ -50,7 +50,7 @@ local v = hget(id)
 local publish_it = outcome == 1 or outcome == 2 or outcome == 3
 if v then
   local concurrent = tonumber(word(v, 3)) or 0
-  local others = #holders() - 1
+  local others = nheld() - 1
   del('h:' .. id)
   local was_probe = s['probe'] == id
   if was_probe then
