@@ -305,9 +305,11 @@ local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
   local f = 'h:R:' .. rname
   local e = s[f]
-  if not (rsv > 0) and not e then return end -- the common case: none kept
+  if rsv > SLOTS then rsv = SLOTS
+  elseif not (rsv >= 1) then rsv = 0 -- (none, a fraction, NaN)
+  elseif rsv % 1 ~= 0 then rsv = math.floor(rsv) end
+  if rsv == 0 and not e then return end -- the common case: none kept
   if rsv > 0 then
-    if rsv > SLOTS then rsv = SLOTS end
     local head = '0 0 ' .. fmt(rsv) .. ' ' -- class, probe, count
     local since, lu, ld = now, 0, 0
     if e then
@@ -320,7 +322,6 @@ local function reserve(rsv, rname, live, host)
        ld - now > live / 2 then
       return
     end
-    if not e then since = now end
     p(f, table.concat({'0', '0', fmt(rsv), fmt(since), fmt(now + live),
       fmt(now + live), fmt(live), fmt(live), host, '0', '-'}, ' '))
   else
