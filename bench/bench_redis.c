@@ -240,6 +240,16 @@ static void enter_leave_us(throttle_t *h, redisContext *c, int first, int n,
   *leave = per_call(c, &c0, &u0);
 }
 
+/* BATCH looks at key that do not wait (throttle_try_enter), each refused. */
+static void looks(throttle_t *h, const char *key) {
+  for (int i = 0; i < BATCH; i++) {
+    throttle_ticket_t *t = NULL;
+    int rc = throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL);
+    if (rc != THROTTLE_EWOULDBLOCK)
+      die(h, key, rc);
+  }
+}
+
 static void *waiter(void *arg) {
   throttle_t *h = arg;
   throttle_ticket_t *t = NULL;
@@ -295,12 +305,7 @@ static double look_us(throttle_t *h, redisContext *c, const struct minimal *m,
   for (int b = 0; b < LOOK_BATCHES; b++) {
     double base = minimal_warm_us(c, m);
     script_stats(c, &c0, &u0);
-    for (int i = 0; i < BATCH; i++) {
-      throttle_ticket_t *t = NULL;
-      rc = throttle_try_enter(h, "bench:look", THROTTLE_CLASS_LIVE, &t, NULL);
-      if (rc != THROTTLE_EWOULDBLOCK)
-        die(h, "look", rc);
-    }
+    looks(h, "bench:look");
     win[b] = per_call(c, &c0, &u0);
     rat[b] = win[b] / base;
   }
@@ -321,20 +326,13 @@ static struct th_redis R;
 
 #define RESERVED 32 /* callers a host's segment holds (a key's most) */
 
-/* Server usec per look (BATCH of throttle_try_enter that do not wait) at
- * key, after BATCH unmeasured. */
+/* Server usec per look of a batch of looks at key (looks()), after one
+ * batch unmeasured. */
 static double try_us(throttle_t *h, redisContext *c, const char *key) {
   double c0, u0;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1)
-      script_stats(c, &c0, &u0);
-    for (int i = 0; i < BATCH; i++) {
-      throttle_ticket_t *t = NULL;
-      int rc = throttle_try_enter(h, key, THROTTLE_CLASS_LIVE, &t, NULL);
-      if (rc != THROTTLE_EWOULDBLOCK)
-        die(h, key, rc);
-    }
-  }
+  looks(h, key);
+  script_stats(c, &c0, &u0);
+  looks(h, key);
   return per_call(c, &c0, &u0);
 }
 

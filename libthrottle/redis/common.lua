@@ -160,17 +160,19 @@ local function hparse(hv)
   if not hv[3] then hv[3], hv[4], hv[5], hv[6] = hwords(hv[2]) end
   return hv
 end
--- How many holders a holder's value counts as: 1, or for a host's
--- reservations (field h:R:RNAME, reserve) their number, word 3 of the
--- value, within 1..SLOTS (the hash is input too); hcount: of an entry of
--- the holder list, and nheld(): of the key.
-local function hcount_v(v)
-  local c = n0(word(v, 3))
+-- A count within 1..SLOTS: below 1 or no number (NaN) 1, above SLOTS
+-- SLOTS, else its integer part (a cap, a host's reservations).
+local function in_slots(c)
   if not (c >= 1) then return 1 end
   if c > SLOTS then return SLOTS end
   if c % 1 == 0 then return c end
   return math.floor(c)
 end
+-- How many holders a holder's value counts as: 1, or for a host's
+-- reservations (field h:R:RNAME, reserve) their number, word 3 of the
+-- value, in_slots (the hash is input too); hcount: of an entry of the
+-- holder list, and nheld(): of the key.
+local function hcount_v(v) return in_slots(n0(word(v, 3))) end
 local function hcount(hv)
   if string.byte(hv[1], 1) ~= 82 then return 1 end
   return hcount_v(hv[2])
@@ -208,10 +210,7 @@ local function cap_from(c, auto, m)
     c = auto
     if m >= 1 and m <= SLOTS and c > m then c = m end
   end
-  if not (c >= 1) then c = 1 end
-  if c > SLOTS then c = SLOTS end
-  if c % 1 == 0 then return c end
-  return math.floor(c)
+  return in_slots(c)
 end
 local function cap_of() return cap_from(g('fixed_cap'), g('auto_cap'), g('auto_max')) end
 
@@ -305,9 +304,7 @@ local function reserve(rsv, rname, live, host)
   if not (rsv and rname and live) then return end
   local f = 'h:R:' .. rname
   local e = s[f]
-  if rsv > SLOTS then rsv = SLOTS
-  elseif not (rsv >= 1) then rsv = 0 -- (none, a fraction, NaN)
-  elseif rsv % 1 ~= 0 then rsv = math.floor(rsv) end
+  if rsv >= 1 then rsv = in_slots(rsv) else rsv = 0 end -- (NaN: 0)
   if rsv == 0 and not e then return end -- the common case: none kept
   if rsv > 0 then
     local head = '0 0 ' .. fmt(rsv) .. ' ' -- class, probe, count
